@@ -1,0 +1,1 @@
+"""Layers with no task knowledge: attention, masks, embeddings, feed-forward, Transformer, RNNs."""

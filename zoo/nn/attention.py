@@ -1,0 +1,220 @@
+"""Multi-head scaled dot-product attention with a KV cache for autoregressive decoding.
+
+Two interchangeable backends compute the same function:
+
+* "einsum": logits, softmax and the weighted sum written out. It materialises the [b, h, q, k]
+  weights, so it is the path that can drop out attention weights, return them or sow them.
+* "dot_product": `jax.nn.dot_product_attention` with JAX's default implementation (XLA; jax
+  0.10 does not pick cuDNN by itself), never materialising the weights in user code.
+* "cudnn": the same call with implementation="cudnn", the cuDNN flash-attention kernel (GPU
+  only; cuDNN limits dtypes to fp16/bf16 and the mask shapes it accepts).
+Both fused backends share one code path. Whenever the weights themselves are needed (dropout on
+them, `return_weights`, `sow_weights`) the layer runs the einsum path instead: same parameters,
+same result.
+
+Masks are boolean (True = attend); an additive float bias is a separate argument. A query whose
+keys are all masked gets zero weights and so a zero attention output (the output projection's
+bias alone) in both backends; `jax.nn.dot_product_attention` by itself would give such rows
+uniform weights.
+"""
+
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from zoo.nn.linear import Dense, default_kernel_init
+from zoo.nn.masks import masked_softmax
+
+Dtype = Any
+Initializer = Any
+
+_BACKENDS = ("einsum", "dot_product", "cudnn")
+_QKV_AXES = ("act_batch", "act_len", "act_heads", "act_kv")
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention softmax(q k^T / sqrt(d) + bias) v over `num_heads` heads.
+
+    Attributes:
+      num_heads: number of heads h.
+      head_dim: width of each head; default inputs_q width // num_heads.
+      out_features: output width; default the inputs_q width.
+      dropout_rate: dropout on the attention weights (training only, 'dropout' rng).
+      use_bias: biases on the q/k/v/out projections.
+      backend: "einsum", "dot_product" (`jax.nn.dot_product_attention`) or "cudnn" (its
+        cuDNN flash kernel, GPU only).
+      decode: autoregressive decoding with a KV cache in the 'cache' collection. `init` with a
+        full-length input creates the cache (its length is the maximum length); each later
+        `apply(..., mutable=['cache'])` with a chunk of L >= 1 new tokens writes their keys and
+        values at `cache_index`, attends causally over every cached position, and advances
+        the index by L. Only self-attention is cached: with `inputs_kv` given (cross-attention
+        to an encoder output) the layer attends over `inputs_kv` in full on every call.
+      dtype: compute dtype; logits and softmax are float32 regardless.
+      param_dtype: parameter dtype.
+      kernel_init: initialiser of the four projection kernels.
+    """
+
+    num_heads: int
+    head_dim: int | None = None
+    out_features: int | None = None
+    dropout_rate: float = 0.0
+    use_bias: bool = True
+    backend: str = "einsum"
+    decode: bool = False
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+    kernel_init: Initializer = default_kernel_init
+
+    @nn.compact
+    def __call__(self, inputs_q, inputs_kv=None, *, mask=None, bias=None, deterministic=True,
+                 return_weights=False, sow_weights=False):
+        """Attends inputs_q [b, q, d] over inputs_kv [b, k, d_kv] (None = self-attention).
+
+        Args:
+          inputs_q: queries [b, q, d].
+          inputs_kv: keys/values source [b, k, d_kv]; None attends over inputs_q.
+          mask: bool broadcastable to [b, h, q, k], True = attend (in decode mode k is the cache
+            length). Combined with the cache's causal mask in decode mode.
+          bias: float broadcastable to [b, h, q, k] (k the cache length in decode mode), added
+            to the float32 logits (relative position biases, ALiBi). Keep it finite:
+            exclusions belong in `mask`.
+          deterministic: no dropout when True.
+          return_weights: also return the attention weights [b, h, q, k] (in `dtype`).
+          sow_weights: store the weights in 'intermediates'/'attention_weights'.
+
+        Returns:
+          out [b, q, out_features] in `dtype`, or (out, weights) when return_weights.
+        """
+        if self.backend not in _BACKENDS:
+            raise ValueError(
+                f"MultiHeadAttention: backend={self.backend!r}; use one of {_BACKENDS}"
+            )
+        if inputs_q.ndim != 3:
+            raise ValueError(f"MultiHeadAttention: inputs_q must be [batch, len, features], got "
+                             f"shape {inputs_q.shape}")
+        features = inputs_q.shape[-1]
+        head_dim = self.head_dim
+        if head_dim is None:
+            if features % self.num_heads:
+                raise ValueError(
+                    f"MultiHeadAttention: inputs_q width {features} is not divisible by "
+                    f"num_heads={self.num_heads}; set head_dim explicitly or change num_heads"
+                )
+            head_dim = features // self.num_heads
+        out_features = self.out_features or features
+        self_attention = inputs_kv is None
+        inputs_kv = inputs_q if self_attention else inputs_kv
+        mask = None if mask is None else jnp.asarray(mask)
+        if mask is not None and mask.dtype != jnp.bool_:
+            raise ValueError(f"MultiHeadAttention: mask must be boolean (True = attend), got "
+                             f"{mask.dtype}; pass additive float masks as `bias`")
+
+        proj = functools.partial(
+            Dense, features=(self.num_heads, head_dim), kernel_axes=("embed", "heads", "kv"),
+            use_bias=self.use_bias, dtype=self.dtype, param_dtype=self.param_dtype,
+            kernel_init=self.kernel_init,
+        )
+        query = proj(name="query")(inputs_q)  # (B, T, H, D)
+        key = proj(name="key")(inputs_kv)  # (B, S, H, D)
+        value = proj(name="value")(inputs_kv)  # (B, S, H, D)
+        query = nn.with_logical_constraint(query, _QKV_AXES)
+        key = nn.with_logical_constraint(key, _QKV_AXES)
+        value = nn.with_logical_constraint(value, _QKV_AXES)
+
+        if self.decode and self_attention:
+            key, value, mask = self._update_cache(key, value, mask)
+
+        mask = _as_4d(mask)
+        bias = None if bias is None else _as_4d(jnp.asarray(bias, jnp.float32))
+        dropout = not deterministic and self.dropout_rate > 0.0
+        need_weights = dropout or return_weights or sow_weights
+        weights = None
+        if self.backend != "einsum" and not need_weights:
+            out = self._fused(query, key, value, mask, bias)
+        else:
+            out, weights = self._einsum(query, key, value, mask, bias, dropout)
+            if sow_weights:
+                self.sow("intermediates", "attention_weights", weights)
+
+        out = Dense(
+            out_features, ("heads", "kv", "embed"), num_in=2, use_bias=self.use_bias,
+            dtype=self.dtype, param_dtype=self.param_dtype, kernel_init=self.kernel_init,
+            name="out",
+        )(out)  # (B, T, H, D) -> (B, T, E)
+        out = nn.with_logical_constraint(out, ("act_batch", "act_len", "act_embed"))
+        return (out, weights) if return_weights else out
+
+    def _einsum(self, query, key, value, mask, bias, dropout):
+        scale = jnp.float32(query.shape[-1]) ** -0.5
+        # Logits accumulate in float32 even for bf16 q/k.
+        # (B, T, H, D) x (B, S, H, D) -> (B, H, T, S)
+        logits = jnp.einsum("bthd,bshd->bhts", query, key,
+                            preferred_element_type=jnp.float32) * scale
+        if bias is not None:
+            logits = logits + bias
+        weights = masked_softmax(logits, mask)  # (B, H, T, S) float32, 0 on fully-masked rows
+        if dropout:
+            keep = jax.random.bernoulli(self.make_rng("dropout"), 1.0 - self.dropout_rate,
+                                        weights.shape)
+            weights = jnp.where(keep, weights / (1.0 - self.dropout_rate), 0.0)
+        weights = weights.astype(self.dtype)
+        out = jnp.einsum("bhts,bshd->bthd", weights, value)  # (B, T, H, D)
+        return out, weights
+
+    def _fused(self, query, key, value, mask, bias):
+        implementation = "cudnn" if self.backend == "cudnn" else None
+        out = jax.nn.dot_product_attention(
+            query, key, value, bias=bias, mask=mask, implementation=implementation
+        )  # (B, T, H, D)
+        if mask is None:
+            return out
+        # The fused kernel gives a fully-masked row uniform weights (every logit equally -big);
+        # zero those rows so both backends agree and padding queries carry nothing.
+        any_key = jnp.any(mask, axis=-1)  # (B|1, H|1, T|1)
+        any_key = jnp.broadcast_to(any_key, (out.shape[0], out.shape[2], out.shape[1]))
+        return jnp.where(jnp.swapaxes(any_key, 1, 2)[..., None], out, 0).astype(out.dtype)
+
+    def _update_cache(self, key, value, mask):
+        """Writes this chunk's key/value into the cache; returns the full cache and its mask."""
+        is_initialized = self.has_variable("cache", "cached_key")
+        cached_key = self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
+        cached_value = self.variable("cache", "cached_value", jnp.zeros, value.shape, value.dtype)
+        cache_index = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
+        if not is_initialized:
+            # `init`: the input's length defines the cache; attend over the input as given.
+            return key, value, mask
+        batch, max_len, heads, head_dim = cached_key.value.shape
+        chunk = key.shape[1]
+        if key.shape != (batch, chunk, heads, head_dim) or chunk > max_len:
+            raise ValueError(
+                f"MultiHeadAttention(decode=True): got keys {key.shape} for a cache of "
+                f"{cached_key.value.shape}; decode chunks must be [batch, L <= {max_len}, ...] "
+                "with the batch size used at init"
+            )
+        # Positions past max_len cannot be written (dynamic_update_slice clamps the start); the
+        # caller's decode loop must stop at max_len.
+        index = cache_index.value
+        start = (0, index, 0, 0)
+        cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, key, start)
+        cached_value.value = jax.lax.dynamic_update_slice(cached_value.value, value, start)
+        cache_index.value = index + chunk
+        # Chunk query i sits at position index + i and sees cached positions j <= index + i;
+        # positions not yet written (j > index + L - 1) are therefore never attended.
+        positions = jnp.arange(max_len)[None, :]  # (1, max_len)
+        causal = positions <= index + jnp.arange(chunk)[:, None]  # (L, max_len)
+        causal = causal[None, None]  # (1, 1, L, max_len)
+        mask = causal if mask is None else jnp.logical_and(_as_4d(mask), causal)
+        return cached_key.value, cached_value.value, mask
+
+
+def _as_4d(x):
+    """Left-pads a mask/bias to rank 4 ([b, h, q, k]) so it broadcasts the documented way."""
+    if x is None:
+        return None
+    if x.ndim > 4:
+        raise ValueError(f"MultiHeadAttention: mask/bias must broadcast to [b, h, q, k], got "
+                         f"rank {x.ndim} shape {x.shape}")
+    return x.reshape((1,) * (4 - x.ndim) + x.shape)
