@@ -1,0 +1,1 @@
+"""Host-side data: tokenizers, sources (TFDS, local files, the synthetic world), featurizers."""
