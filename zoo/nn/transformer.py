@@ -1,0 +1,434 @@
+"""Transformer layers (encoder, decoder) and the stacks that repeat them.
+
+Every sublayer (self-attention, cross-attention, feed-forward) is wrapped in a residual with
+LayerNorm placed one of two ways:
+
+* norm_position='post': x = LN(x + dropout(f(x))) — the original Transformer and BERT.
+* norm_position='pre':  x = x + dropout(f(LN(x))) — GPT-2; the stack then ends with a final
+  LayerNorm (GPT-2's ln_f), since the residual stream itself is never normalised.
+
+Masks are built once at the top of the model (zoo.nn.masks) and passed down unchanged.
+
+Parameter names inside a layer: self_attention, self_attention_norm, [cross_attention,
+cross_attention_norm,] mlp (wi, wo), mlp_norm. Unscanned stacks name their layers layer_0,
+layer_1, ...; scanned stacks hold one 'layers' subtree whose parameters carry a leading
+num_layers axis (logical name 'layers'), so converting between the two is a stack/unstack.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from zoo.nn.attention import MultiHeadAttention
+from zoo.nn.feedforward import FeedForward, get_activation
+from zoo.nn.linear import default_kernel_init
+from zoo.nn.normalization import LayerNorm
+
+Dtype = Any
+Initializer = Any
+
+_EMBED_AXES = ("act_batch", "act_len", "act_embed")
+_NORM_POSITIONS = ("post", "pre")
+_REMAT_POLICIES = {
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
+
+
+def _check_layer_args(name: str, norm_position: str, activation: str) -> None:
+    if norm_position not in _NORM_POSITIONS:
+        raise ValueError(f"{name}: norm_position={norm_position!r}; use one of {_NORM_POSITIONS}")
+    get_activation(activation)  # raises a ValueError naming the choices
+
+
+def _residual(
+    layer: nn.Module,
+    x: jnp.ndarray,
+    sublayer: Callable[[jnp.ndarray], jnp.ndarray],
+    norm_name: str,
+    deterministic: bool,
+) -> jnp.ndarray:
+    """One residual sublayer with `layer`'s LayerNorm placement and residual dropout."""
+    norm = LayerNorm(
+        epsilon=layer.layer_norm_epsilon,
+        dtype=layer.dtype,
+        param_dtype=layer.param_dtype,
+        name=norm_name,
+    )
+    drop = nn.Dropout(layer.dropout_rate)
+    if layer.norm_position == "pre":
+        return x + drop(sublayer(norm(x)), deterministic=deterministic)
+    return norm(x + drop(sublayer(x), deterministic=deterministic))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then feed-forward, each in a residual (post-LN or pre-LN).
+
+    Attributes:
+      num_heads: attention heads.
+      mlp_dim: feed-forward hidden width.
+      head_dim: width per head; default model width // num_heads.
+      activation: feed-forward activation, 'gelu' (erf, BERT), 'gelu_tanh' (GPT-2) or 'relu'.
+      dropout_rate: residual dropout on every sublayer's output.
+      attention_dropout_rate: dropout on the attention weights.
+      mlp_dropout_rate: dropout on the feed-forward hidden activations (0 in BERT and GPT-2).
+      layer_norm_epsilon: LayerNorm epsilon (BERT 1e-12, GPT-2 1e-5, Transformer 1e-6).
+      norm_position: 'post' (Transformer, BERT) or 'pre' (GPT-2).
+      backend: attention backend, as MultiHeadAttention.backend ('einsum', 'dot_product', ...).
+    """
+
+    num_heads: int
+    mlp_dim: int
+    head_dim: int | None = None
+    activation: str = "gelu"
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    mlp_dropout_rate: float = 0.0
+    layer_norm_epsilon: float = 1e-6
+    norm_position: str = "post"
+    backend: str = "einsum"
+    use_bias: bool = True
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+    kernel_init: Initializer = default_kernel_init
+
+    @nn.compact
+    def __call__(
+        self,
+        x: jnp.ndarray,
+        mask: jnp.ndarray | None = None,
+        *,
+        deterministic: bool = True,
+        sow_weights: bool = False,
+    ) -> jnp.ndarray:
+        """x [b, t, d], mask bool [b, 1, t, t] (True = attend) -> [b, t, d]."""
+        _check_layer_args("EncoderLayer", self.norm_position, self.activation)
+        x = nn.with_logical_constraint(x, _EMBED_AXES)
+
+        def self_attention(h):
+            return MultiHeadAttention(
+                num_heads=self.num_heads,
+                head_dim=self.head_dim,
+                dropout_rate=self.attention_dropout_rate,
+                use_bias=self.use_bias,
+                backend=self.backend,
+                dtype=self.dtype,
+                param_dtype=self.param_dtype,
+                kernel_init=self.kernel_init,
+                name="self_attention",
+            )(h, mask=mask, deterministic=deterministic, sow_weights=sow_weights)
+
+        x = _residual(self, x, self_attention, "self_attention_norm", deterministic)
+        x = _residual(self, x, _mlp(self, deterministic), "mlp_norm", deterministic)
+        return nn.with_logical_constraint(x, _EMBED_AXES)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, optional cross-attention to the encoder, feed-forward.
+
+    With cross_attention=False this is a decoder-only (GPT) block. Attributes as EncoderLayer,
+    plus:
+      cross_attention: attend over the encoder output `encoded` after self-attention.
+      decode: KV-cache decoding in the self-attention (see MultiHeadAttention.decode): `init`
+        with a full-length input sizes the cache, each later call feeds the next token(s).
+    """
+
+    num_heads: int
+    mlp_dim: int
+    head_dim: int | None = None
+    activation: str = "gelu"
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    mlp_dropout_rate: float = 0.0
+    layer_norm_epsilon: float = 1e-6
+    norm_position: str = "post"
+    backend: str = "einsum"
+    use_bias: bool = True
+    cross_attention: bool = True
+    decode: bool = False
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+    kernel_init: Initializer = default_kernel_init
+
+    @nn.compact
+    def __call__(
+        self,
+        x: jnp.ndarray,
+        encoded: jnp.ndarray | None = None,
+        *,
+        self_mask: jnp.ndarray | None = None,
+        cross_mask: jnp.ndarray | None = None,
+        deterministic: bool = True,
+        sow_weights: bool = False,
+    ) -> jnp.ndarray:
+        """Decodes x [b, t, d] attending over encoded [b, s, d_enc].
+
+        Args:
+          x: decoder inputs [b, t, d].
+          encoded: encoder output [b, s, d_enc]; required iff cross_attention.
+          self_mask: bool [b, 1, t, t], normally causal & padding. In decode mode the cache adds
+            the causal part itself; pass None or a [b, 1, 1, max_len] padding mask.
+          cross_mask: bool [b, 1, t, s] (decoder query validity & encoder padding).
+          deterministic: no dropout when True.
+          sow_weights: store attention weights in 'intermediates'.
+        """
+        _check_layer_args("DecoderLayer", self.norm_position, self.activation)
+        if self.cross_attention and encoded is None:
+            raise ValueError(
+                "DecoderLayer: cross_attention=True needs the encoder output `encoded`; pass it, "
+                "or set cross_attention=False for a decoder-only model"
+            )
+        if not self.cross_attention and encoded is not None:
+            raise ValueError(
+                "DecoderLayer: got `encoded` but cross_attention=False; set cross_attention=True "
+                "to attend over it, or do not pass it"
+            )
+        x = nn.with_logical_constraint(x, _EMBED_AXES)
+        attention = dict(
+            num_heads=self.num_heads,
+            head_dim=self.head_dim,
+            dropout_rate=self.attention_dropout_rate,
+            use_bias=self.use_bias,
+            backend=self.backend,
+            dtype=self.dtype,
+            param_dtype=self.param_dtype,
+            kernel_init=self.kernel_init,
+        )
+
+        def self_attention(h):
+            return MultiHeadAttention(decode=self.decode, name="self_attention", **attention)(
+                h, mask=self_mask, deterministic=deterministic, sow_weights=sow_weights
+            )
+
+        def cross_attention(h):
+            return MultiHeadAttention(name="cross_attention", **attention)(
+                h, encoded, mask=cross_mask, deterministic=deterministic, sow_weights=sow_weights
+            )
+
+        x = _residual(self, x, self_attention, "self_attention_norm", deterministic)
+        if self.cross_attention:
+            x = _residual(self, x, cross_attention, "cross_attention_norm", deterministic)
+        x = _residual(self, x, _mlp(self, deterministic), "mlp_norm", deterministic)
+        return nn.with_logical_constraint(x, _EMBED_AXES)
+
+
+def _mlp(layer: nn.Module, deterministic: bool) -> Callable[[jnp.ndarray], jnp.ndarray]:
+    def mlp(h):
+        return FeedForward(
+            mlp_dim=layer.mlp_dim,
+            activation=layer.activation,
+            dropout_rate=layer.mlp_dropout_rate,
+            use_bias=layer.use_bias,
+            dtype=layer.dtype,
+            param_dtype=layer.param_dtype,
+            kernel_init=layer.kernel_init,
+            name="mlp",
+        )(h, deterministic=deterministic)
+
+    return mlp
+
+
+def _run_stack(
+    stack: nn.Module,
+    make_layer: Callable[[str], nn.Module],
+    body: Callable[..., jnp.ndarray],
+    x: jnp.ndarray,
+    *broadcast_args,
+) -> jnp.ndarray:
+    """Applies `body(layer, x, *broadcast_args)` num_layers times, scanned and/or rematerialised.
+
+    `body` closes over the Python-level flags (deterministic, sow_weights), so neither remat nor
+    scan has to treat them as static arguments.
+    """
+    if stack.remat != "none":
+        if stack.remat not in _REMAT_POLICIES:
+            raise ValueError(
+                f"{type(stack).__name__}: remat={stack.remat!r}; use 'none' or one of "
+                f"{sorted(_REMAT_POLICIES)}"
+            )
+        # Inside a scan the loop boundary already stops XLA from merging the recomputation
+        # with the forward pass, so remat's own CSE barrier is only needed when unrolled.
+        body = nn.remat(
+            body, policy=_REMAT_POLICIES[stack.remat], prevent_cse=not stack.scan_layers
+        )
+    if not stack.scan_layers:
+        for i in range(stack.num_layers):
+            x = body(make_layer(f"layer_{i}"), x, *broadcast_args)
+        return x
+
+    def scan_body(layer, carry, *args):
+        return body(layer, carry, *args), None
+
+    scanned = nn.scan(
+        scan_body,
+        variable_axes={"params": 0, "cache": 0, "intermediates": 0},
+        split_rngs={"params": True, "dropout": True},
+        in_axes=(nn.broadcast,) * len(broadcast_args),
+        length=stack.num_layers,
+        metadata_params={nn.PARTITION_NAME: "layers"},
+    )
+    x, _ = scanned(make_layer("layers"), x, *broadcast_args)
+    return x
+
+
+def _final_norm(stack: nn.Module, x: jnp.ndarray) -> jnp.ndarray:
+    if stack.norm_position != "pre":
+        return x
+    x = LayerNorm(
+        epsilon=stack.layer_norm_epsilon,
+        dtype=stack.dtype,
+        param_dtype=stack.param_dtype,
+        name="final_norm",
+    )(x)
+    return nn.with_logical_constraint(x, _EMBED_AXES)
+
+
+class TransformerEncoder(nn.Module):
+    """num_layers EncoderLayers, plus a final LayerNorm when norm_position='pre'.
+
+    Attributes:
+      num_layers: depth.
+      scan_layers: run the layers with nn.scan over parameters stacked on a leading 'layers'
+        axis (one compiled layer instead of num_layers copies).
+      remat: 'none', 'full' (recompute everything in the backward pass) or 'dots' (keep the
+        matmul outputs without batch dims, recompute the rest).
+      Other attributes are EncoderLayer's.
+    """
+
+    num_layers: int
+    num_heads: int
+    mlp_dim: int
+    head_dim: int | None = None
+    activation: str = "gelu"
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    mlp_dropout_rate: float = 0.0
+    layer_norm_epsilon: float = 1e-6
+    norm_position: str = "post"
+    backend: str = "einsum"
+    use_bias: bool = True
+    scan_layers: bool = False
+    remat: str = "none"
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+    kernel_init: Initializer = default_kernel_init
+
+    @nn.compact
+    def __call__(
+        self,
+        x: jnp.ndarray,
+        mask: jnp.ndarray | None = None,
+        *,
+        deterministic: bool = True,
+        sow_weights: bool = False,
+    ) -> jnp.ndarray:
+        """x [b, t, d], mask bool [b, 1, t, t] -> [b, t, d]."""
+        _check_layer_args("TransformerEncoder", self.norm_position, self.activation)
+
+        def make_layer(name):
+            return EncoderLayer(
+                num_heads=self.num_heads,
+                mlp_dim=self.mlp_dim,
+                head_dim=self.head_dim,
+                activation=self.activation,
+                dropout_rate=self.dropout_rate,
+                attention_dropout_rate=self.attention_dropout_rate,
+                mlp_dropout_rate=self.mlp_dropout_rate,
+                layer_norm_epsilon=self.layer_norm_epsilon,
+                norm_position=self.norm_position,
+                backend=self.backend,
+                use_bias=self.use_bias,
+                dtype=self.dtype,
+                param_dtype=self.param_dtype,
+                kernel_init=self.kernel_init,
+                name=name,
+            )
+
+        def body(layer, h, mask):
+            return layer(h, mask, deterministic=deterministic, sow_weights=sow_weights)
+
+        x = _run_stack(self, make_layer, body, x, mask)
+        return _final_norm(self, x)
+
+
+class TransformerDecoder(nn.Module):
+    """num_layers DecoderLayers, plus a final LayerNorm when norm_position='pre' (GPT-2 ln_f).
+
+    Attributes:
+      num_layers: depth.
+      cross_attention: False for a decoder-only (GPT) stack.
+      decode: KV-cache decoding (see DecoderLayer).
+      scan_layers, remat: as TransformerEncoder.
+      Other attributes are DecoderLayer's.
+    """
+
+    num_layers: int
+    num_heads: int
+    mlp_dim: int
+    head_dim: int | None = None
+    activation: str = "gelu"
+    dropout_rate: float = 0.0
+    attention_dropout_rate: float = 0.0
+    mlp_dropout_rate: float = 0.0
+    layer_norm_epsilon: float = 1e-6
+    norm_position: str = "post"
+    backend: str = "einsum"
+    use_bias: bool = True
+    cross_attention: bool = True
+    decode: bool = False
+    scan_layers: bool = False
+    remat: str = "none"
+    dtype: Dtype = jnp.float32
+    param_dtype: Dtype = jnp.float32
+    kernel_init: Initializer = default_kernel_init
+
+    @nn.compact
+    def __call__(
+        self,
+        x: jnp.ndarray,
+        encoded: jnp.ndarray | None = None,
+        *,
+        self_mask: jnp.ndarray | None = None,
+        cross_mask: jnp.ndarray | None = None,
+        deterministic: bool = True,
+        sow_weights: bool = False,
+    ) -> jnp.ndarray:
+        """x [b, t, d], encoded [b, s, d_enc] or None -> [b, t, d]; masks as DecoderLayer."""
+        _check_layer_args("TransformerDecoder", self.norm_position, self.activation)
+
+        def make_layer(name):
+            return DecoderLayer(
+                num_heads=self.num_heads,
+                mlp_dim=self.mlp_dim,
+                head_dim=self.head_dim,
+                activation=self.activation,
+                dropout_rate=self.dropout_rate,
+                attention_dropout_rate=self.attention_dropout_rate,
+                mlp_dropout_rate=self.mlp_dropout_rate,
+                layer_norm_epsilon=self.layer_norm_epsilon,
+                norm_position=self.norm_position,
+                backend=self.backend,
+                use_bias=self.use_bias,
+                cross_attention=self.cross_attention,
+                decode=self.decode,
+                dtype=self.dtype,
+                param_dtype=self.param_dtype,
+                kernel_init=self.kernel_init,
+                name=name,
+            )
+
+        def body(layer, h, encoded, self_mask, cross_mask):
+            return layer(
+                h,
+                encoded,
+                self_mask=self_mask,
+                cross_mask=cross_mask,
+                deterministic=deterministic,
+                sow_weights=sow_weights,
+            )
+
+        x = _run_stack(self, make_layer, body, x, encoded, self_mask, cross_mask)
+        return _final_norm(self, x)
