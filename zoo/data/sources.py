@@ -1,0 +1,45 @@
+"""Where documents come from: the synthetic world (default, offline) or local text files.
+
+Every source yields documents as lists of sentences, the form both LM packing and BERT's
+sentence-pair creation start from.
+"""
+
+import functools
+import glob
+
+import ml_collections
+
+from zoo.data import synthetic
+
+Documents = list[list[str]]
+_SPLITS = ("train", "validation", "test")
+
+
+@functools.lru_cache(maxsize=4)
+def _synthetic_splits(seed: int) -> dict[str, Documents]:
+    splits = synthetic.corpus_splits(seed=seed)
+    return {name: [list(doc.texts) for doc in docs] for name, docs in splits.items()}
+
+
+def expand_files(patterns: str, key: str) -> list[str]:
+    """Comma-separated globs -> sorted file list; an error naming the config key if empty."""
+    files = sorted({f for p in patterns.split(",") if p.strip() for f in glob.glob(p.strip())})
+    if not files:
+        raise FileNotFoundError(
+            f"{key}={patterns!r} matches no files; give comma-separated paths or globs of "
+            "text files (one sentence per line, a blank line between documents)"
+        )
+    return files
+
+
+def load_documents(cfg: ml_collections.ConfigDict, split: str) -> Documents:
+    """Documents of `split` from config.data.source."""
+    if split not in _SPLITS:
+        raise ValueError(f"split must be one of {_SPLITS}, got {split!r}")
+    if cfg.source == "synthetic":
+        return _synthetic_splits(cfg.seed)[split]
+    if cfg.source == "text":
+        key = "config.data.train_files" if split == "train" else "config.data.eval_files"
+        patterns = cfg.train_files if split == "train" else cfg.eval_files
+        return [doc for f in expand_files(patterns, key) for doc in synthetic.read_text_corpus(f)]
+    raise ValueError(f"config.data.source must be 'synthetic' or 'text', got {cfg.source!r}")
