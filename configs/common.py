@@ -1,0 +1,39 @@
+"""Shared config pieces: `path.py:key=value,flag` variant parsing (big_vision style) and blocks
+every job has (mesh, train loop)."""
+
+import ml_collections
+
+from zoo.train.partitioning import DEFAULT_RULES
+
+
+def parse_arg(arg: str | None, **defaults):
+    """'size=tiny,phase=1' -> ConfigDict(size='tiny', phase=1), typed by the defaults.
+
+    An unknown key is an error naming it and the known ones, so a typo never silently runs the
+    default variant.
+    """
+    result = ml_collections.ConfigDict(defaults)
+    for item in filter(None, (arg or "").split(",")):
+        key, _, value = item.partition("=")
+        if key not in defaults:
+            raise ValueError(f"config variant key {key!r} is unknown; known keys: {sorted(defaults)}")
+        kind = type(defaults[key])
+        if kind is bool:
+            result[key] = value.lower() in ("", "1", "true", "yes")
+        else:
+            result[key] = kind(value)
+    return result
+
+
+def mesh_config() -> ml_collections.ConfigDict:
+    # data=-1 takes every device not used by fsdp/tensor, so the default runs anywhere.
+    return ml_collections.ConfigDict(
+        dict(data=-1, fsdp=1, tensor=1, rules=[list(r) for r in DEFAULT_RULES])
+    )
+
+
+def train_config(steps: ml_collections.FieldReference) -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict(
+        dict(steps=steps, log_every=25, eval_every=100, checkpoint_every=200, keep_checkpoints=3,
+             seed=0, label_smoothing=0.0, tensorboard=True)
+    )

@@ -1,0 +1,34 @@
+"""Evaluation of a trained workdir: restore the latest checkpoint, run the task's eval split."""
+
+import json
+import os
+
+import flax.linen as nn
+import jax
+import ml_collections
+
+from zoo.train import loop
+from zoo.train.checkpoint import Checkpointer
+
+
+def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
+    """Evaluates the latest checkpoint in `workdir`; writes <workdir>/eval.json."""
+    checkpointer = Checkpointer(workdir)
+    if checkpointer.latest_step() is None:
+        raise FileNotFoundError(
+            f"no checkpoint under {checkpointer.directory}; train first with "
+            f"`python train.py --config=... --workdir={workdir}`"
+        )
+    setup = loop.build(config, workdir)
+    state = checkpointer.restore(setup.state)
+    checkpointer.close()
+    eval_step = loop.make_eval_step(setup)
+    with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
+        summary = loop.evaluate(setup.task, eval_step, state.params, setup.batch_sharding)
+    result = {"step": int(state.step), **summary, **setup.task.baselines()}
+    if jax.process_index() == 0:
+        with open(os.path.join(workdir, "eval.json"), "w") as f:
+            json.dump(result, f, indent=2)
+        print(" | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                         for k, v in result.items()), flush=True)
+    return result

@@ -1,0 +1,103 @@
+"""GPT-2 style decoder-only language model: pre-LN blocks, learned positions, tied output.
+
+Submodule names follow Hugging Face GPT-2 (`wte`, `wpe`, `h`, `ln_f`) so checkpoint conversion
+is a rename table.
+"""
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from zoo.nn import masks
+from zoo.nn.embeddings import Embed, LearnedPositionalEmbedding
+from zoo.nn.normalization import LayerNorm
+from zoo.nn.transformer import TransformerDecoder
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int
+    max_len: int = 1024
+    num_layers: int = 12
+    num_heads: int = 12
+    embed_dim: int = 768
+    mlp_dim: int = 3072
+    dropout_rate: float = 0.1
+    attention_dropout_rate: float = 0.1
+    layer_norm_epsilon: float = 1e-5
+    backend: str = "einsum"
+    scan_layers: bool = False
+    remat: str = "none"
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+
+
+# (num_layers, num_heads, embed_dim); mlp_dim is 4 * embed_dim as in GPT-2.
+SIZES: dict[str, tuple[int, int, int]] = {
+    "tiny": (2, 4, 64),
+    "124M": (12, 12, 768),
+    "355M": (24, 16, 1024),
+    "774M": (36, 20, 1280),
+}
+
+
+def config_for_size(size: str, **overrides: Any) -> GPTConfig:
+    if size not in SIZES:
+        raise ValueError(f"config.model.size: unknown GPT size {size!r}; choose from {list(SIZES)}")
+    layers, heads, dim = SIZES[size]
+    kw = dict(num_layers=layers, num_heads=heads, embed_dim=dim, mlp_dim=4 * dim)
+    kw.update(overrides)
+    return GPTConfig(**kw)
+
+
+class GPT(nn.Module):
+    config: GPTConfig
+    decode: bool = False
+
+    @nn.compact
+    def __call__(self, tokens, *, positions=None, segment_ids=None, deterministic=True):
+        """tokens [B, T] int -> logits [B, T, V] (float32).
+
+        positions/segment_ids [B, T] come from packing; segment ids keep attention inside each
+        document (0 = padding). In decode mode the causal part is the KV cache's job.
+        """
+        cfg = self.config
+        dtype, param_dtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
+        wte = Embed(cfg.vocab_size, cfg.embed_dim, dtype=dtype, param_dtype=param_dtype,
+                    name="wte")
+        x = LearnedPositionalEmbedding(
+            cfg.max_len, cfg.embed_dim, decode=self.decode, dtype=dtype, param_dtype=param_dtype,
+            name="wpe",
+        )(wte(tokens), positions=positions)
+        x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
+
+        if self.decode:
+            mask = None
+        else:
+            mask = masks.causal_mask(tokens.shape[1], batch=tokens.shape[0])
+            if segment_ids is not None:
+                mask = masks.combine_masks(mask, masks.segment_mask(segment_ids))
+        x = TransformerDecoder(
+            num_layers=cfg.num_layers,
+            num_heads=cfg.num_heads,
+            mlp_dim=cfg.mlp_dim,
+            activation="gelu_tanh",
+            dropout_rate=cfg.dropout_rate,
+            attention_dropout_rate=cfg.attention_dropout_rate,
+            layer_norm_epsilon=cfg.layer_norm_epsilon,
+            norm_position="pre",
+            cross_attention=False,
+            decode=self.decode,
+            backend=cfg.backend,
+            scan_layers=cfg.scan_layers,
+            remat=cfg.remat,
+            dtype=dtype,
+            param_dtype=param_dtype,
+            name="h",
+        )(x, self_mask=mask, deterministic=deterministic)
+        # The decoder stack ends with the pre-LN final LayerNorm (GPT-2's ln_f).
+        logits = wte.attend(x)
+        logits = nn.with_logical_constraint(logits, ("act_batch", "act_len", "act_vocab"))
+        return logits.astype(jnp.float32)

@@ -1,0 +1,19 @@
+"""Tasks by name: each builds a model, its input pipeline, its loss and its eval metrics.
+
+Imports are lazy so `train.py` pays only for the task it runs.
+"""
+
+import importlib
+
+from zoo.tasks.base import Task
+
+_REGISTRY = {
+    "lm": "zoo.tasks.lm:LanguageModelTask",
+}
+
+
+def get(name: str) -> type[Task]:
+    if name not in _REGISTRY:
+        raise ValueError(f"config.task: unknown task {name!r}; choose from {sorted(_REGISTRY)}")
+    module, cls = _REGISTRY[name].split(":")
+    return getattr(importlib.import_module(module), cls)

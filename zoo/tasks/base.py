@@ -1,0 +1,59 @@
+"""The contract between a task and the one training loop (zoo.train.loop)."""
+
+import abc
+from collections.abc import Iterable, Iterator
+
+import flax.linen as nn
+import jax
+import ml_collections
+import numpy as np
+
+Batch = dict[str, np.ndarray]
+
+
+class Task(abc.ABC):
+    """A job kind: model + data + loss + metrics. The loop owns sharding, steps and logging.
+
+    Batches are dicts of numpy arrays whose leading axis is the batch; the loop shards that
+    axis over the mesh's data axes. `loss_fn` returns sums (see zoo.train.losses), never means.
+    """
+
+    model: nn.Module
+
+    def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+        self.config = config
+        self.workdir = workdir
+
+    @abc.abstractmethod
+    def init_batch(self) -> Batch:
+        """A batch of the global shape, used only for shapes at init."""
+
+    @abc.abstractmethod
+    def loss_fn(self, params, batch: Batch, rng: jax.Array, train: bool) -> dict[str, jax.Array]:
+        """Sums over the batch; must include 'loss_sum' and 'weight_sum'."""
+
+    @abc.abstractmethod
+    def train_batches(self, process_index: int, process_count: int) -> Iterator[Batch]:
+        """Endless process-local batches (this process's rows of each global batch)."""
+
+    @abc.abstractmethod
+    def eval_batches(self, process_index: int, process_count: int) -> Iterable[Batch]:
+        """One pass over the held-out split, process-local, global shapes fixed."""
+
+    def init_params(self, rng: jax.Array):
+        batch = self.init_batch()
+        return self.model.init({"params": rng, "dropout": rng}, **self.model_inputs(batch))[
+            "params"
+        ]
+
+    def model_inputs(self, batch: Batch) -> dict:
+        return {}
+
+    def baselines(self) -> dict[str, float]:
+        """Reference figures a trained model should beat (e.g. a unigram model's perplexity)."""
+        return {}
+
+    def summarize(self, sums: dict[str, float]) -> dict[str, float]:
+        """Turns summed eval metrics into reported values (means, perplexity, ...)."""
+        weight = max(sums.get("weight_sum", 0.0), 1.0)
+        return {"loss": sums["loss_sum"] / weight}

@@ -1,0 +1,77 @@
+"""Causal language modelling (GPT) on packed documents; eval reports perplexity."""
+
+import math
+
+import ml_collections
+import numpy as np
+
+from zoo.data import lm_pipeline
+from zoo.models import gpt
+from zoo.tasks.base import Batch, Task
+from zoo.train.losses import cross_entropy_sums
+
+
+class LanguageModelTask(Task):
+    def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+        super().__init__(config, workdir)
+        data = config.data
+        train_docs, eval_docs = lm_pipeline.load_splits(data)
+        self.tokenizer = lm_pipeline.build_tokenizer(data, workdir, train_docs)
+        self.train_rows = lm_pipeline.packed_rows(self.tokenizer, train_docs, data.seq_len)
+        self.eval_rows = lm_pipeline.packed_rows(self.tokenizer, eval_docs, data.seq_len)
+        model_kw = {k: v for k, v in config.model.to_dict().items() if k != "size"}
+        self.model_config = gpt.config_for_size(
+            config.model.size,
+            vocab_size=self.tokenizer.vocab_size,
+            max_len=max(data.seq_len, model_kw.pop("max_len", 0)),
+            **model_kw,
+        )
+        self.model = gpt.GPT(self.model_config)
+
+    def init_batch(self) -> Batch:
+        shape = (self.config.data.batch_size, self.config.data.seq_len)
+        return {k: np.zeros(shape, np.float32 if k == "weights" else np.int32)
+                for k in self.train_rows}
+
+    def model_inputs(self, batch: Batch) -> dict:
+        return dict(tokens=batch["inputs"], positions=batch["positions"],
+                    segment_ids=batch["segment_ids"])
+
+    def loss_fn(self, params, batch, rng, train: bool):
+        logits = self.model.apply(
+            {"params": params}, **self.model_inputs(batch), deterministic=not train,
+            rngs={"dropout": rng},
+        )
+        return cross_entropy_sums(
+            logits, batch["targets"], batch["weights"],
+            label_smoothing=self.config.train.label_smoothing if train else 0.0,
+        )
+
+    def train_batches(self, process_index: int, process_count: int):
+        return lm_pipeline.train_iterator(
+            self.train_rows, self.config.data.batch_size, self.config.data.seed,
+            process_index, process_count,
+        )
+
+    def eval_batches(self, process_index: int, process_count: int):
+        return lm_pipeline.eval_batches(
+            self.eval_rows, self.config.data.eval_batch_size, process_index, process_count
+        )
+
+    def summarize(self, sums):
+        weight = max(sums["weight_sum"], 1.0)
+        nll = sums["nll_sum"] / weight
+        return {
+            "loss": sums["loss_sum"] / weight,
+            "accuracy": sums["correct_sum"] / weight,
+            # Perplexity as seed 002 defines it: exp of the mean per-token negative log-likelihood.
+            "perplexity": math.exp(min(nll, 50.0)),
+            "tokens": sums["weight_sum"],
+        }
+
+    def baselines(self) -> dict[str, float]:
+        nll = lm_pipeline.unigram_nll_per_token(
+            self.train_rows, self.eval_rows, self.tokenizer.vocab_size
+        )
+        return {"unigram_perplexity": math.exp(nll)}
+

@@ -1,0 +1,1 @@
+"""Training: partitioning, optimizers, losses, train state, pure steps and the one loop."""

@@ -1,0 +1,80 @@
+"""Where metrics go: JSON lines (the record of truth), TensorBoard, and a console progress line."""
+
+import datetime
+import json
+import os
+import sys
+import time
+
+import jax
+import numpy as np
+
+
+class MetricsWriter:
+    """Appends `{"step": s, "split": ..., **metrics}` to <workdir>/metrics.jsonl and TensorBoard.
+
+    Only process 0 writes, so a multi-host run produces one record.
+    """
+
+    def __init__(self, workdir: str, tensorboard: bool = True):
+        self._enabled = jax.process_index() == 0
+        self._jsonl = None
+        self._tb = None
+        if not self._enabled:
+            return
+        os.makedirs(workdir, exist_ok=True)
+        self._jsonl = open(os.path.join(workdir, "metrics.jsonl"), "a", encoding="utf-8")
+        if tensorboard:
+            from tensorboardX import SummaryWriter  # imported lazily: slow, and optional
+
+            self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+
+    def write(self, step: int, split: str, metrics: dict[str, float]) -> None:
+        if not self._enabled:
+            return
+        clean = {k: float(v) for k, v in metrics.items()}
+        self._jsonl.write(json.dumps({"step": int(step), "split": split, **clean}) + "\n")
+        self._jsonl.flush()  # a killed run keeps every line written so far
+        if self._tb is not None:
+            for k, v in clean.items():
+                self._tb.add_scalar(f"{split}/{k}", v, int(step))
+
+    def close(self) -> None:
+        if self._jsonl is not None:
+            self._jsonl.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+class Progress:
+    """Console line per log interval: step, loss, tokens/s and ETA, measured between calls."""
+
+    def __init__(self, total_steps: int, start_step: int = 0, stream=sys.stdout):
+        self.total = total_steps
+        self._stream = stream
+        self._last_time = time.perf_counter()
+        self._last_step = start_step
+
+    def update(self, step: int, metrics: dict[str, float], tokens: float) -> dict[str, float]:
+        now = time.perf_counter()
+        elapsed = max(now - self._last_time, 1e-9)
+        steps = max(step - self._last_step, 1)
+        self._last_time, self._last_step = now, step
+        rates = {"tokens_per_sec": tokens / elapsed, "steps_per_sec": steps / elapsed}
+        eta = datetime.timedelta(seconds=int((self.total - step) * elapsed / steps))
+        if jax.process_index() == 0:
+            shown = " | ".join(
+                f"{k} {v:.4g}" for k, v in metrics.items() if k in ("loss", "accuracy", "lr")
+            )
+            print(
+                f"step {step:>6}/{self.total} | {shown} | "
+                f"{rates['tokens_per_sec']:,.0f} tok/s | ETA {eta}",
+                file=self._stream, flush=True,
+            )
+        return rates
+
+
+def sum_metrics(history: list[dict]) -> dict[str, float]:
+    """Adds per-step metric sums fetched from device in one transfer."""
+    host = jax.device_get(history)
+    return {k: float(np.sum([h[k] for h in host])) for k in host[0]}

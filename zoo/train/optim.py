@@ -1,0 +1,93 @@
+"""Optimizers and learning-rate schedules from config (optax)."""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+
+def make_schedule(cfg: ml_collections.ConfigDict) -> optax.Schedule:
+    """Linear warmup to `learning_rate`, then `decay` over `total_steps`.
+
+    decay: 'constant' | 'linear' (to 0 at total_steps) | 'cosine' (to 0) | 'inverse_sqrt'
+    (the Transformer paper: lr * min(step / warmup, sqrt(warmup / step)), which with
+    lr = d_model^-0.5 * warmup^-0.5 is d^-0.5 * min(step^-0.5, step * warmup^-1.5)).
+    """
+    peak, warmup, total = cfg.learning_rate, int(cfg.warmup_steps), int(cfg.total_steps)
+    decay = cfg.decay
+    if decay == "inverse_sqrt":
+        w = max(warmup, 1)
+
+        def inverse_sqrt(step):
+            step = jnp.maximum(step, 1).astype(jnp.float32)
+            return peak * jnp.minimum(step / w, jnp.sqrt(w / step))
+
+        return inverse_sqrt
+    warm = optax.linear_schedule(0.0, peak, max(warmup, 1))
+    remaining = max(total - warmup, 1)
+    if decay == "constant":
+        after = optax.constant_schedule(peak)
+    elif decay == "linear":
+        after = optax.linear_schedule(peak, 0.0, remaining)
+    elif decay == "cosine":
+        after = optax.cosine_decay_schedule(peak, remaining)
+    else:
+        raise ValueError(
+            f"config.optim.decay must be constant, linear, cosine or inverse_sqrt, got {decay!r}"
+        )
+    if warmup <= 0:
+        return after
+    return optax.join_schedules([warm, after], [warmup])
+
+
+def decay_mask(params):
+    """True for parameters that get weight decay: not biases, not LayerNorm scales.
+
+    Decided by name, not ndim: a scanned stack gives every bias a leading 'layers' axis.
+    Works through nn.LogicallyPartitioned boxes (the mask keeps the params' tree structure).
+    """
+
+    def wants_decay(path, _):
+        names = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
+        return names[-1] not in ("bias", "scale")
+
+    return jax.tree_util.tree_map_with_path(wants_decay, params)
+
+
+def make_optimizer(cfg: ml_collections.ConfigDict) -> optax.GradientTransformation:
+    """The optimizer named by `cfg.name` with clipping and the schedule of make_schedule."""
+    schedule = make_schedule(cfg)
+    name = cfg.name
+    if name == "adamw":
+        opt = optax.adamw(
+            schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay,
+            mask=decay_mask,
+        )
+    elif name == "lamb":
+        opt = optax.lamb(
+            schedule, b1=cfg.b1, b2=cfg.b2, eps=cfg.eps, weight_decay=cfg.weight_decay,
+            mask=decay_mask,
+        )
+    elif name == "adafactor":
+        opt = optax.adafactor(schedule, weight_decay_rate=cfg.weight_decay or None,
+                              weight_decay_mask=decay_mask)
+    elif name == "sgd":
+        opt = optax.sgd(schedule, momentum=cfg.momentum or None, nesterov=False)
+    else:
+        raise ValueError(
+            f"config.optim.name must be adamw, lamb, adafactor or sgd, got {name!r}"
+        )
+    if cfg.clip_norm:
+        opt = optax.chain(optax.clip_by_global_norm(cfg.clip_norm), opt)
+    return opt
+
+
+def default_optim_config() -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict(
+        dict(
+            name="adamw", learning_rate=1e-3, warmup_steps=100, total_steps=1000,
+            decay="cosine", b1=0.9, b2=0.98, eps=1e-9, weight_decay=0.01, momentum=0.9,
+            clip_norm=1.0,
+        )
+    )
+
