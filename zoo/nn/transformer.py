@@ -15,6 +15,7 @@ layer_1, ...; scanned stacks hold one 'layers' subtree whose parameters carry a 
 num_layers axis (logical name 'layers'), so converting between the two is a stack/unstack.
 """
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -231,6 +232,15 @@ def _mlp(layer: nn.Module, deterministic: bool) -> Callable[[jnp.ndarray], jnp.n
     return mlp
 
 
+def _layer_fields(stack: nn.Module, layer_cls: type) -> dict:
+    """The stack's values for every attribute its layers share (all but Linen's own fields)."""
+    return {
+        f.name: getattr(stack, f.name)
+        for f in dataclasses.fields(layer_cls)
+        if f.init and f.name not in ("parent", "name")
+    }
+
+
 def _run_stack(
     stack: nn.Module,
     make_layer: Callable[[str], nn.Module],
@@ -329,23 +339,7 @@ class TransformerEncoder(nn.Module):
         _check_layer_args("TransformerEncoder", self.norm_position, self.activation)
 
         def make_layer(name):
-            return EncoderLayer(
-                num_heads=self.num_heads,
-                mlp_dim=self.mlp_dim,
-                head_dim=self.head_dim,
-                activation=self.activation,
-                dropout_rate=self.dropout_rate,
-                attention_dropout_rate=self.attention_dropout_rate,
-                mlp_dropout_rate=self.mlp_dropout_rate,
-                layer_norm_epsilon=self.layer_norm_epsilon,
-                norm_position=self.norm_position,
-                backend=self.backend,
-                use_bias=self.use_bias,
-                dtype=self.dtype,
-                param_dtype=self.param_dtype,
-                kernel_init=self.kernel_init,
-                name=name,
-            )
+            return EncoderLayer(**_layer_fields(self, EncoderLayer), name=name)
 
         def body(layer, h, mask):
             return layer(h, mask, deterministic=deterministic, sow_weights=sow_weights)
@@ -400,25 +394,7 @@ class TransformerDecoder(nn.Module):
         _check_layer_args("TransformerDecoder", self.norm_position, self.activation)
 
         def make_layer(name):
-            return DecoderLayer(
-                num_heads=self.num_heads,
-                mlp_dim=self.mlp_dim,
-                head_dim=self.head_dim,
-                activation=self.activation,
-                dropout_rate=self.dropout_rate,
-                attention_dropout_rate=self.attention_dropout_rate,
-                mlp_dropout_rate=self.mlp_dropout_rate,
-                layer_norm_epsilon=self.layer_norm_epsilon,
-                norm_position=self.norm_position,
-                backend=self.backend,
-                use_bias=self.use_bias,
-                cross_attention=self.cross_attention,
-                decode=self.decode,
-                dtype=self.dtype,
-                param_dtype=self.param_dtype,
-                kernel_init=self.kernel_init,
-                name=name,
-            )
+            return DecoderLayer(**_layer_fields(self, DecoderLayer), name=name)
 
         def body(layer, h, encoded, self_mask, cross_mask):
             return layer(
