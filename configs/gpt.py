@@ -21,10 +21,18 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         remat="none", dtype="float32" if tiny else "bfloat16", param_dtype="float32",
     )
     config.data = dict(
-        source="synthetic",  # synthetic | text
+        source="synthetic",  # synthetic | text | tfds
         seed=0,
         train_files="",  # text source: comma-separated globs of BERT-format text files
         eval_files="",
+        # tfds source: a dataset prepared (array_record) in a local data_dir, e.g. 'lm1b'
+        tfds_name="",
+        tfds_data_dir="",  # '' = TFDS's default ($TFDS_DATA_DIR, else ~/tensorflow_datasets)
+        tfds_text_key="text",
+        tfds_train_split="train",
+        tfds_validation_split="validation",  # lm1b has none: 'test', or 'train[:1%]'
+        tfds_test_split="test",
+        tfds_max_records=0,  # 0 = all; N = the first N records of each split
         tokenizer="",  # a SentencePiece .model; empty = train one on the corpus (cached)
         tokenizer_type="bpe",
         vocab_size=1024 if tiny else 32768,
@@ -38,5 +46,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                         b2=0.99 if tiny else 0.95, eps=1e-8, weight_decay=0.1)
     config.optim.total_steps = steps
     config.train = common.train_config(steps)
+    config.train.best_metric = "perplexity"
     config.mesh = common.mesh_config()
     return config

@@ -1,4 +1,4 @@
-"""Where documents come from: the synthetic world (default, offline) or local text files.
+"""Where documents come from: the synthetic world (default, offline), local text files or TFDS.
 
 Every source yields documents as lists of sentences, the form both LM packing and BERT's
 sentence-pair creation start from.
@@ -33,7 +33,12 @@ def expand_files(patterns: str, key: str) -> list[str]:
 
 
 def load_documents(cfg: ml_collections.ConfigDict, split: str) -> Documents:
-    """Documents of `split` from config.data.source."""
+    """Documents of `split` ('train' | 'validation' | 'test') from config.data.source.
+
+    'synthetic': the seeded world corpus of config.data.seed. 'text': BERT-format files,
+    config.data.train_files for 'train' and config.data.eval_files for the other two. 'tfds': a
+    TFDS dataset prepared in a local data_dir (see zoo.data.tfds_source.load_documents).
+    """
     if split not in _SPLITS:
         raise ValueError(f"split must be one of {_SPLITS}, got {split!r}")
     if cfg.source == "synthetic":
@@ -42,4 +47,11 @@ def load_documents(cfg: ml_collections.ConfigDict, split: str) -> Documents:
         key = "config.data.train_files" if split == "train" else "config.data.eval_files"
         patterns = cfg.train_files if split == "train" else cfg.eval_files
         return [doc for f in expand_files(patterns, key) for doc in synthetic.read_text_corpus(f)]
-    raise ValueError(f"config.data.source must be 'synthetic' or 'text', got {cfg.source!r}")
+    if cfg.source == "tfds":
+        # Imported here: TFDS takes ~0.5 s to import, which only jobs reading it should pay.
+        from zoo.data import tfds_source
+
+        return tfds_source.load_documents(cfg, split)
+    raise ValueError(
+        f"config.data.source must be 'synthetic', 'text' or 'tfds', got {cfg.source!r}"
+    )
