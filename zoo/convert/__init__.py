@@ -1,0 +1,5 @@
+"""Import/export of reference checkpoints (Hugging Face) as zoo parameter pytrees.
+
+Each family is one module holding a rename table plus the reshapes the two layouts force:
+`zoo.convert.gpt2` for GPT-2.
+"""
