@@ -34,6 +34,20 @@ def mesh_config() -> ml_collections.ConfigDict:
 
 def train_config(steps: ml_collections.FieldReference) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(
-        dict(steps=steps, log_every=25, eval_every=100, checkpoint_every=200, keep_checkpoints=3,
-             seed=0, label_smoothing=0.0, tensorboard=True)
+        dict(
+            steps=steps,
+            log_every=25,
+            eval_every=100,
+            checkpoint_every=200,
+            keep_checkpoints=3,
+            best_metric="",  # an eval metric (e.g. 'perplexity'): also keep its best checkpoint
+            best_mode="min",
+            grad_accum_steps=1,  # micro-batches per step; the update equals one large batch
+            nonfinite="skip",  # NaN/Inf loss or gradients: 'skip' the update, or 'stop'
+            profile_steps="",  # 'START:STOP': a jax.profiler trace of those steps in workdir
+            peak_flops=0.0,  # per-device peak FLOP/s for MFU where the device is not known
+            seed=0,
+            label_smoothing=0.0,
+            tensorboard=True,
+        )
     )

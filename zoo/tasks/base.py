@@ -49,6 +49,10 @@ class Task(abc.ABC):
     def model_inputs(self, batch: Batch) -> dict:
         return {}
 
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token (forward + backward) for MFU; 0 = unknown, MFU not shown."""
+        return 0.0
+
     def baselines(self) -> dict[str, float]:
         """Reference figures a trained model should beat (e.g. a unigram model's perplexity)."""
         return {}

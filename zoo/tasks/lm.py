@@ -69,6 +69,17 @@ class LanguageModelTask(Task):
             "tokens": sums["weight_sum"],
         }
 
+    def flops_per_token(self) -> float:
+        """6N (forward 2N + backward 4N per token over the matmul weights, the tied output
+        projection included) + the attention scores and weighted values: 2 * 2 * T * d per layer
+        forward, x3 with backward, halved because a causal query sees on average half the keys."""
+        cfg = self.model_config
+        d, layers, t = cfg.embed_dim, cfg.num_layers, self.config.data.seq_len
+        per_layer = 4 * d * d + 2 * d * cfg.mlp_dim  # q, k, v, out + the two FFN matrices
+        n = layers * per_layer + cfg.vocab_size * d
+        attention = 3 * 2 * 2 * t * d * layers / 2
+        return 6.0 * n + attention
+
     def baselines(self) -> dict[str, float]:
         nll = lm_pipeline.unigram_nll_per_token(
             self.train_rows, self.eval_rows, self.tokenizer.vocab_size

@@ -12,23 +12,49 @@ import orbax.checkpoint as ocp
 
 
 class Checkpointer:
-    def __init__(self, workdir: str, max_to_keep: int = 3, async_save: bool = True):
-        self.directory = os.path.join(os.path.abspath(workdir), "checkpoints")
+    """One directory of step checkpoints.
+
+    With `best_metric`, orbax keeps the `max_to_keep` checkpoints with the best value of that
+    eval metric (by `best_mode`, 'min' or 'max') instead of the latest ones.
+    """
+
+    def __init__(self, workdir: str, max_to_keep: int = 3, async_save: bool = True,
+                 subdir: str = "checkpoints", best_metric: str = "", best_mode: str = "min"):
+        if best_mode not in ("min", "max"):
+            raise ValueError(f"config.train.best_mode must be 'min' or 'max', got {best_mode!r}")
+        self.directory = os.path.join(os.path.abspath(workdir), subdir)
+        self.best_metric, self.best_mode = best_metric, best_mode
         self._manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(
-                max_to_keep=max_to_keep, enable_async_checkpointing=async_save, create=True
+                max_to_keep=max_to_keep, enable_async_checkpointing=async_save, create=True,
+                best_fn=(lambda m: m[best_metric]) if best_metric else None,
+                best_mode=best_mode,
             ),
         )
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
 
-    def save(self, step: int, state, data_iterator=None) -> None:
+    def best_value(self) -> float | None:
+        """The best recorded value of best_metric, or None before the first save."""
+        step = self._manager.best_step()
+        if step is None:
+            return None
+        return float(self._manager.metrics(step)[self.best_metric])
+
+    def is_better(self, value: float) -> bool:
+        best = self.best_value()
+        if best is None:
+            return True
+        return value < best if self.best_mode == "min" else value > best
+
+    def save(self, step: int, state, data_iterator=None, metrics=None) -> None:
         items = {"state": ocp.args.StandardSave(state)}
         if data_iterator is not None:
             items["data"] = grain.checkpoint.CheckpointSave(data_iterator)
-        self._manager.save(step, args=ocp.args.Composite(**items))
+        self._manager.save(step, args=ocp.args.Composite(**items),
+                           metrics=None if metrics is None else dict(metrics))
 
     def restore(self, target, data_iterator=None, step: int | None = None):
         """Restores the state onto `target`'s shapes and shardings (any mesh), and the iterator

@@ -1,8 +1,9 @@
-"""The one training loop every task uses: sharded init, jitted steps, eval, logging."""
+"""The one training loop every task uses: sharded init, jitted steps, eval, checkpoints, logs."""
 
 import dataclasses
 import json
 import os
+import signal
 
 import flax.linen as nn
 import jax
@@ -14,6 +15,8 @@ from zoo.train import metrics as metrics_lib
 from zoo.train import optim, partitioning, step
 from zoo.train.checkpoint import Checkpointer
 from zoo.train.state import TrainState
+
+NONFINITE_POLICIES = ("skip", "stop")
 
 
 def _rules(config: ml_collections.ConfigDict) -> tuple:
@@ -48,11 +51,13 @@ class Setup:
     batch_sharding: jax.sharding.NamedSharding
 
 
-def build(config: ml_collections.ConfigDict, workdir: str) -> Setup:
-    """Task, mesh and a freshly initialised state, each parameter created on its own shard."""
+def build(config: ml_collections.ConfigDict, workdir: str, devices=None) -> Setup:
+    """Task, mesh (over `devices`, default all) and a freshly initialised state, each parameter
+    created on its own shard."""
     os.makedirs(workdir, exist_ok=True)
     task = tasks.get(config.task)(config, workdir)
-    mesh = partitioning.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor)
+    mesh = partitioning.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor,
+                                  devices=devices)
     rules = _rules(config)
     optimizer = optim.make_optimizer(config.optim)
 
@@ -67,6 +72,15 @@ def build(config: ml_collections.ConfigDict, workdir: str) -> Setup:
                  partitioning.batch_sharding(mesh, rules))
 
 
+def make_train_step(setup: Setup, config: ml_collections.ConfigDict):
+    return jax.jit(
+        step.make_train_step(setup.task.loss_fn, setup.optimizer, config.train.grad_accum_steps),
+        in_shardings=(setup.state_sharding, setup.batch_sharding),
+        out_shardings=(setup.state_sharding, None),
+        donate_argnums=0,  # the old state's buffers are reused for the new one
+    )
+
+
 def make_eval_step(setup: Setup):
     return jax.jit(
         step.make_eval_step(setup.task.loss_fn),
@@ -74,65 +88,156 @@ def make_eval_step(setup: Setup):
     )
 
 
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
-    """Trains `config.task` for config.train.steps (resuming from the latest checkpoint in
-    `workdir` if there is one); returns the final eval summary."""
-    setup = build(config, workdir)
-    task, mesh, rules = setup.task, setup.mesh, setup.rules
-    state, state_sharding, batch_sharding = setup.state, setup.state_sharding, setup.batch_sharding
+class _Preemption:
+    """SIGTERM (a TPU/GPU scheduler's preemption notice) asks the loop to finish the current
+    step, checkpoint and return; a second SIGTERM is left to the default handler."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self):
+        try:
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        except ValueError:  # not the main thread: no handler, the run is simply not preemptible
+            self._previous = None
+        return self
+
+    def _handle(self, signum, frame):
+        self.requested = True
+        signal.signal(signal.SIGTERM, self._previous or signal.SIG_DFL)
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
+
+
+def _profile_window(spec: str) -> tuple[int, int] | None:
+    if not spec:
+        return None
+    try:
+        start, stop = (int(x) for x in spec.split(":"))
+    except ValueError:
+        raise ValueError(
+            f"config.train.profile_steps={spec!r} must be 'START:STOP' (e.g. '10:15')"
+        ) from None
+    if not 0 <= start < stop:
+        raise ValueError(f"config.train.profile_steps={spec!r} needs 0 <= START < STOP")
+    return start, stop
+
+
+def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, float]:
+    """Trains `config.task` for config.train.steps, resuming from the latest checkpoint in
+    `workdir` if there is one. Returns the last eval summary."""
+    train_cfg = config.train
+    if train_cfg.nonfinite not in NONFINITE_POLICIES:
+        raise ValueError(f"config.train.nonfinite must be one of {NONFINITE_POLICIES}, "
+                         f"got {train_cfg.nonfinite!r}")
+    profile = _profile_window(train_cfg.profile_steps)
+    setup = build(config, workdir, devices)
+    task, batch_sharding = setup.task, setup.batch_sharding
+    train_step, eval_step = make_train_step(setup, config), make_eval_step(setup)
     schedule = optim.make_schedule(config.optim)
-    num_params = sum(x.size for x in jax.tree.leaves(state.params))
-    train_step = jax.jit(
-        step.make_train_step(task.loss_fn, setup.optimizer),
-        in_shardings=(state_sharding, batch_sharding),
-        out_shardings=(state_sharding, None),
-        donate_argnums=0,  # the old state's buffers are reused for the new one
-    )
-    eval_step = make_eval_step(setup)
 
     batches = task.train_batches(jax.process_index(), jax.process_count())
-    checkpointer = Checkpointer(workdir, max_to_keep=config.train.keep_checkpoints)
+    checkpointer = Checkpointer(workdir, max_to_keep=train_cfg.keep_checkpoints)
+    # Beside the last N: the single checkpoint with the best eval metric so far.
+    best = (Checkpointer(workdir, max_to_keep=1, subdir="checkpoints_best",
+                         best_metric=train_cfg.best_metric, best_mode=train_cfg.best_mode)
+            if train_cfg.best_metric else None)
+    state = setup.state
     if checkpointer.latest_step() is not None:
         state = checkpointer.restore(state, batches)
-    writer = metrics_lib.MetricsWriter(workdir, tensorboard=config.train.tensorboard)
-    total = config.train.steps
-    progress = metrics_lib.Progress(total, start_step=int(state.step))
+    start, total = int(state.step), train_cfg.steps
+    writer = metrics_lib.MetricsWriter(workdir, tensorboard=train_cfg.tensorboard)
+    progress = metrics_lib.Progress(
+        total, start_step=start,
+        flops_per_token=task.flops_per_token(),
+        peak_flops=metrics_lib.peak_flops(setup.mesh.devices.flat, train_cfg.peak_flops),
+    )
     baselines = task.baselines()
     if jax.process_index() == 0:
-        print(f"{config.task}: {num_params:,} parameters on mesh {dict(mesh.shape)}, "
-              f"starting at step {int(state.step)}", flush=True)
+        num_params = sum(x.size for x in jax.tree.leaves(state.params))
+        print(f"{config.task}: {num_params:,} parameters on mesh {dict(setup.mesh.shape)}, "
+              f"starting at step {start} of {total}", flush=True)
         for name, value in baselines.items():
             print(f"baseline {name}: {value:.4g}", flush=True)
 
-    history = []
-    summary = {}
-    start = int(state.step)
-    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-        for i in range(start, total):
-            state, step_metrics = train_step(state, _to_global(next(batches), batch_sharding))
-            history.append(step_metrics)
-            done = i + 1
-            if done % config.train.log_every == 0 or done == total:
-                sums = metrics_lib.sum_metrics(history)
-                grad_norm = sums.pop("grad_norm") / len(history)
-                report = task.summarize(sums)
-                report.update(grad_norm=grad_norm, lr=float(schedule(done)))
-                report.update(progress.update(done, report, tokens=sums["weight_sum"]))
-                writer.write(done, "train", report)
-                history = []
-            if done % config.train.eval_every == 0 or done == total:
+    history, summary, saved = [], {}, start
+    try:
+        with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules), \
+                _Preemption() as preemption:
+            for done in range(start + 1, total + 1):
+                if profile and done == profile[0] + 1:
+                    jax.profiler.start_trace(os.path.join(workdir, "profile"))
+                state, step_metrics = train_step(state, _to_global(next(batches), batch_sharding))
+                history.append(step_metrics)
+                if profile and done == profile[1]:
+                    jax.block_until_ready(state)
+                    jax.profiler.stop_trace()
+                if train_cfg.nonfinite == "stop" and float(step_metrics["nonfinite"]):
+                    raise FloatingPointError(
+                        f"step {done}: the loss or gradients are NaN/Inf, so training stopped "
+                        f"(config.train.nonfinite='stop'); the update was not applied and the "
+                        f"last checkpoint, step {checkpointer.latest_step()}, is intact in "
+                        f"{checkpointer.directory}. Lower config.optim.learning_rate, check the "
+                        "data, or set config.train.nonfinite='skip' to skip such batches."
+                    )
+                if done % train_cfg.log_every == 0 or done == total:
+                    report = _train_report(task, history, schedule, done)
+                    report.update(progress.update(done, report, tokens=report.pop("tokens")))
+                    writer.write(done, "train", report)
+                    history = []
+                if done % train_cfg.eval_every == 0 or done == total:
+                    summary = evaluate(task, eval_step, state.params, batch_sharding)
+                    writer.write(done, "eval", summary)
+                    _print_eval(done, summary)
+                    _maybe_save_best(best, done, state, summary)
+                if (done % train_cfg.checkpoint_every == 0 or done == total
+                        or preemption.requested):
+                    checkpointer.save(done, state, batches)
+                    saved = done
+                if preemption.requested:
+                    if jax.process_index() == 0:
+                        print(f"SIGTERM: saved step {done} to {checkpointer.directory}; "
+                              "exiting (rerun the same command to resume)", flush=True)
+                    return summary
+            if start >= total:  # resumed a finished run: report its final eval again
                 summary = evaluate(task, eval_step, state.params, batch_sharding)
-                writer.write(done, "eval", summary)
-                if jax.process_index() == 0:
-                    shown = ", ".join(f"{k} {v:.4g}" for k, v in summary.items())
-                    print(f"eval at step {done}: {shown}", flush=True)
-            if done % config.train.checkpoint_every == 0 or done == total:
-                checkpointer.save(done, state, batches)
-        if start >= total:  # resumed a finished run: report its final eval again
-            summary = evaluate(task, eval_step, state.params, batch_sharding)
-    checkpointer.close()
-    writer.close()
-    if jax.process_index() == 0:
+    finally:
+        # Waits for async saves: a checkpoint the log announced is on disk before we return.
+        checkpointer.close()
+        if best is not None:
+            best.close()
+        writer.close()
+    if jax.process_index() == 0 and saved == total:
         with open(os.path.join(workdir, "summary.json"), "w") as f:
             json.dump({"step": total, **summary, **baselines}, f, indent=2)
     return summary
+
+
+def _train_report(task, history, schedule, done) -> dict[str, float]:
+    sums = metrics_lib.sum_metrics(history)
+    applied = max(len(history) - sums["nonfinite"], 1.0)
+    grad_norm = sums.pop("grad_norm") / applied
+    skipped = sums.pop("nonfinite")
+    report = task.summarize(sums)
+    report.update(grad_norm=grad_norm, lr=float(schedule(done)), skipped_steps=skipped,
+                  tokens=sums["weight_sum"])
+    return report
+
+
+def _print_eval(done, summary):
+    if jax.process_index() == 0:
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in summary.items())
+        print(f"eval at step {done}: {shown}", flush=True)
+
+
+def _maybe_save_best(best: Checkpointer | None, done, state, summary) -> None:
+    if best is None:
+        return
+    if best.best_metric not in summary:
+        raise ValueError(f"config.train.best_metric={best.best_metric!r} is not an eval metric of "
+                       f"this task; choose one of {sorted(summary)}")
+    if best.is_better(float(summary[best.best_metric])):
+        best.save(done, state, metrics=summary)

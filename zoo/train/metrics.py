@@ -46,14 +46,44 @@ class MetricsWriter:
             self._tb.close()
 
 
-class Progress:
-    """Console line per log interval: step, loss, tokens/s and ETA, measured between calls."""
+# Dense bf16 peak FLOP/s per chip, from the vendors' spec sheets; MFU is reported against these.
+_PEAK_FLOPS = {
+    "TPU v4": 275e12,
+    "TPU v5 lite": 197e12,
+    "TPU v5e": 197e12,
+    "TPU v5p": 459e12,
+    "TPU v6 lite": 918e12,
+    "H100": 989e12,
+    "H200": 989e12,
+    "A100": 312e12,
+}
 
-    def __init__(self, total_steps: int, start_step: int = 0, stream=sys.stdout):
+
+def peak_flops(devices, override: float = 0.0) -> float | None:
+    """Total peak FLOP/s of `devices` (config.train.peak_flops per device overrides the table);
+    None where unknown (CPUs), and MFU is then not shown."""
+    devices = list(devices)
+    if override:
+        return override * len(devices)
+    kind = devices[0].device_kind
+    for name, flops in _PEAK_FLOPS.items():
+        if name.lower() in kind.lower():
+            return flops * len(devices)
+    return None
+
+
+class Progress:
+    """Console line per log interval: a bar, step, loss, tokens/s, MFU and ETA, measured
+    between calls (so compile time shows up only in the first interval)."""
+
+    def __init__(self, total_steps: int, start_step: int = 0, flops_per_token: float = 0.0,
+                 peak_flops: float | None = None, stream=sys.stdout):
         self.total = total_steps
         self._stream = stream
         self._last_time = time.perf_counter()
         self._last_step = start_step
+        self._flops_per_token = flops_per_token
+        self._peak = peak_flops
 
     def update(self, step: int, metrics: dict[str, float], tokens: float) -> dict[str, float]:
         now = time.perf_counter()
@@ -61,14 +91,19 @@ class Progress:
         steps = max(step - self._last_step, 1)
         self._last_time, self._last_step = now, step
         rates = {"tokens_per_sec": tokens / elapsed, "steps_per_sec": steps / elapsed}
+        if self._peak and self._flops_per_token:
+            rates["mfu"] = rates["tokens_per_sec"] * self._flops_per_token / self._peak
         eta = datetime.timedelta(seconds=int((self.total - step) * elapsed / steps))
         if jax.process_index() == 0:
+            filled = int(20 * step / max(self.total, 1))
             shown = " | ".join(
-                f"{k} {v:.4g}" for k, v in metrics.items() if k in ("loss", "accuracy", "lr")
+                f"{k} {v:.4g}" for k, v in metrics.items()
+                if k in ("loss", "accuracy", "lr") or (k == "skipped_steps" and v)
             )
+            mfu = f" | MFU {rates['mfu']:.1%}" if "mfu" in rates else ""
             print(
-                f"step {step:>6}/{self.total} | {shown} | "
-                f"{rates['tokens_per_sec']:,.0f} tok/s | ETA {eta}",
+                f"[{'#' * filled}{'.' * (20 - filled)}] step {step:>6}/{self.total} | {shown} | "
+                f"{rates['tokens_per_sec']:,.0f} tok/s{mfu} | ETA {eta}",
                 file=self._stream, flush=True,
             )
         return rates

@@ -1,0 +1,153 @@
+"""The loop on real sharded meshes: layouts agree, checkpoints move between meshes."""
+
+import json
+
+import flax.linen as nn
+import grain
+import jax
+import numpy as np
+import pytest
+
+from configs import gpt as gpt_config
+from zoo.train import loop
+from zoo.train.checkpoint import Checkpointer
+
+
+def _batches(setup, n):
+    it = setup.task.train_batches(0, 1)
+    return [next(it) for _ in range(n)]
+
+
+def _train(config, workdir, devices, batches):
+    setup = loop.build(config, workdir, devices=devices)
+    train_step = loop.make_train_step(setup, config)
+    state, losses = setup.state, []
+    with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
+        for b in batches:
+            state, m = train_step(state, loop._to_global(b, setup.batch_sharding))
+            losses.append(float(m["loss_sum"]) / float(m["weight_sum"]))
+    return setup, state, losses
+
+
+@pytest.fixture(scope="module")
+def single_device_run(tmp_path_factory):
+    config = gpt_config.get_config("size=tiny")
+    config.data.update(seq_len=16, batch_size=8, eval_batch_size=8, vocab_size=128)
+    # SGD, not Adam: Adam's m/sqrt(v) turns float-rounding-sized gradient differences between
+    # layouts into full-size updates of opposite sign, which would hide real agreement.
+    config.optim.update(name="sgd", learning_rate=0.5, warmup_steps=1)
+    workdir = str(tmp_path_factory.mktemp("single"))
+    setup = loop.build(config, workdir, devices=jax.devices()[:1])
+    batches = _batches(setup, 3)
+    _, state, losses = _train(config, workdir, jax.devices()[:1], batches)
+    return config, workdir, batches, jax.device_get(state.params), losses
+
+
+@pytest.mark.parametrize("data,fsdp,tensor", [(8, 1, 1), (1, 8, 1), (1, 1, 4), (2, 2, 2)])
+def test_sharded_train_steps_equal_single_device(single_device_run, data, fsdp, tensor):
+    config, workdir, batches, params, losses = single_device_run
+    config = config.copy_and_resolve_references()
+    config.mesh.update(data=data, fsdp=fsdp, tensor=tensor)
+    devices = jax.devices()[: data * fsdp * tensor]
+    setup, state, sharded_losses = _train(config, workdir, devices, batches)
+    np.testing.assert_allclose(sharded_losses, losses, rtol=2e-5)
+    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(params)):
+        np.testing.assert_allclose(np.asarray(a), b, rtol=1e-4, atol=1e-6)
+    # The layout is real: with tensor/fsdp > 1 some parameter is split across devices.
+    if fsdp * tensor > 1:
+        assert any(len({str(s.index) for s in x.addressable_shards}) > 1
+                   for x in jax.tree.leaves(state.params))
+
+
+def test_checkpoint_restores_onto_other_meshes(tiny_lm_config, tmp_path):
+    config = tiny_lm_config()
+    config.mesh.update(data=2, fsdp=1, tensor=4)
+    workdir = str(tmp_path)
+    setup, state, _ = _train(config, workdir, jax.devices(), _batches(
+        loop.build(config, workdir), 2))
+    saver = Checkpointer(workdir)
+    saver.save(2, state)
+    saver.close()
+    next_batch = _batches(setup, 3)[2]
+    expected_params = jax.device_get(state.params)
+
+    def next_loss(setup, restored):
+        step_fn = loop.make_train_step(setup, config)
+        with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
+            _, m = step_fn(restored, loop._to_global(next_batch, setup.batch_sharding))
+        return float(m["loss_sum"]) / float(m["weight_sum"])
+
+    reference = next_loss(setup, state)
+    for shape, devices in (((8, 1, 1), jax.devices()), ((1, 1, 1), jax.devices()[:1])):
+        other = config.copy_and_resolve_references()
+        other.mesh.update(data=shape[0], fsdp=shape[1], tensor=shape[2])
+        target = loop.build(other, workdir, devices=devices)
+        reader = Checkpointer(workdir)
+        restored = reader.restore(target.state)
+        reader.close()
+        assert int(restored.step) == 2
+        for a, b in zip(jax.tree.leaves(restored.params), jax.tree.leaves(expected_params)):
+            np.testing.assert_array_equal(np.asarray(a), b)
+            assert a.sharding.mesh.shape == target.mesh.shape
+        np.testing.assert_allclose(next_loss(target, restored), reference, rtol=1e-5)
+
+
+class _Poisoned(grain.DatasetIterator):
+    """The task's checkpointable iterator, with NaN token weights in batch number `bad`."""
+
+    def __init__(self, inner, bad):
+        super().__init__(inner)
+        self._inner, self._bad, self._count = inner, bad, 0
+
+    def __next__(self):
+        batch = next(self._inner)
+        self._count += 1
+        if self._count == self._bad:
+            batch = dict(batch, weights=batch["weights"] * np.nan)
+        return batch
+
+    def get_state(self):
+        return self._inner.get_state()
+
+    def set_state(self, state):
+        self._inner.set_state(state)
+
+
+def _poison(monkeypatch, bad):
+    from zoo.tasks import lm
+
+    original = lm.LanguageModelTask.train_batches
+    monkeypatch.setattr(lm.LanguageModelTask, "train_batches",
+                        lambda self, *a: _Poisoned(original(self, *a), bad))
+
+
+def test_nonfinite_stop_names_the_step_and_keeps_checkpoints(tiny_lm_config, tmp_path,
+                                                             monkeypatch):
+    config = tiny_lm_config(steps=6, checkpoint_every=2, nonfinite="stop")
+    _poison(monkeypatch, bad=5)
+    with pytest.raises(FloatingPointError, match=r"step 5: .*last checkpoint, step 4"):
+        loop.run(config, str(tmp_path))
+    assert Checkpointer(str(tmp_path)).latest_step() == 4
+
+
+def test_nonfinite_skip_counts_and_continues(tiny_lm_config, tmp_path, monkeypatch):
+    config = tiny_lm_config(steps=4, nonfinite="skip")
+    _poison(monkeypatch, bad=2)
+    loop.run(config, str(tmp_path))
+    records = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
+    train = {r["step"]: r for r in records if r["split"] == "train"}
+    assert train[2]["skipped_steps"] == 1.0
+    assert all(np.isfinite(r["loss"]) for r in train.values())
+    assert train[1]["skipped_steps"] == train[3]["skipped_steps"] == 0.0
+
+
+def test_best_checkpoint_is_kept_beside_the_last(tiny_lm_config, tmp_path):
+    config = tiny_lm_config(steps=6, eval_every=2, checkpoint_every=2, keep_checkpoints=1,
+                            best_metric="perplexity")
+    loop.run(config, str(tmp_path))
+    best = Checkpointer(str(tmp_path), subdir="checkpoints_best", best_metric="perplexity")
+
+    evals = {r["step"]: r["perplexity"] for r in map(json.loads, open(tmp_path / "metrics.jsonl"))
+             if r["split"] == "eval"}
+    assert best.best_value() == pytest.approx(min(evals.values()))
+    assert Checkpointer(str(tmp_path)).latest_step() == 6

@@ -1,0 +1,109 @@
+"""Gradient accumulation equals one large batch; NaN batches never reach the params."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from zoo.models import gpt
+from zoo.train import losses, step
+from zoo.train.state import TrainState
+
+V, T = 32, 8
+
+
+@pytest.fixture(scope="module")
+def model_and_params():
+    cfg = gpt.config_for_size("tiny", vocab_size=V, max_len=T, dropout_rate=0.0,
+                              attention_dropout_rate=0.0)
+    model = gpt.GPT(cfg)
+    params = model.init(jax.random.key(0), jnp.zeros((1, T), jnp.int32))["params"]
+    return model, params
+
+
+def _loss_fn(model):
+    def loss_fn(params, batch, rng, train):
+        logits = model.apply({"params": params}, batch["inputs"])
+        return losses.cross_entropy_sums(logits, batch["targets"], batch["weights"])
+
+    return loss_fn
+
+
+def _batch(rows=8, seed=0):
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(4, V, size=(rows, T + 1)).astype(np.int32)
+    # Uneven padding: even rows are full, odd rows keep one target token, so the strided
+    # micro-batches carry very different token counts (a mean of micro-batch means would weight
+    # them wrong).
+    weights = np.ones((rows, T), np.float32)
+    weights[1::2, 1:] = 0.0
+    return {"inputs": tokens[:, :-1], "targets": tokens[:, 1:], "weights": weights}
+
+
+def _one_step(model, params, batch, k):
+    opt = optax.sgd(1.0)  # plain SGD: the update *is* the gradient, compared exactly
+    state = TrainState.create(params, opt, jax.random.key(1))
+    train_step = jax.jit(step.make_train_step(_loss_fn(model), opt, grad_accum_steps=k))
+    new_state, metrics = train_step(state, batch)
+    return new_state, metrics
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_accumulated_update_equals_one_large_batch(model_and_params, k):
+    model, params = model_and_params
+    batch = _batch()
+    whole, m1 = _one_step(model, params, batch, 1)
+    accumulated, mk = _one_step(model, params, batch, k)
+    for a, b in zip(jax.tree.leaves(whole.params), jax.tree.leaves(accumulated.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6)
+    np.testing.assert_allclose(m1["loss_sum"], mk["loss_sum"], rtol=1e-5)
+    assert float(m1["weight_sum"]) == float(mk["weight_sum"])
+
+
+def test_mean_of_micro_batch_means_would_differ(model_and_params):
+    # The property above is not vacuous: with this padding, averaging per-micro-batch mean
+    # gradients gives a different update than the token-weighted mean.
+    model, params = model_and_params
+    batch = _batch()
+    loss_fn = _loss_fn(model)
+
+    def mean_loss(p, b):
+        s = loss_fn(p, b, None, True)
+        return s["loss_sum"] / s["weight_sum"]
+
+    micro = [jax.tree.map(lambda x, j=j: x[j::2], batch) for j in range(2)]
+    mean_of_means = jax.tree.map(lambda a, b: (a + b) / 2,
+                                 *[jax.grad(mean_loss)(params, m) for m in micro])
+    exact = jax.grad(mean_loss)(params, batch)
+    diff = max(float(jnp.max(jnp.abs(a - b)))
+               for a, b in zip(jax.tree.leaves(mean_of_means), jax.tree.leaves(exact)))
+    assert diff > 1e-4
+
+
+def test_batch_not_divisible_by_accumulation_is_a_clear_error(model_and_params):
+    model, params = model_and_params
+    with pytest.raises(ValueError, match="grad_accum_steps=3"):
+        _one_step(model, params, _batch(rows=8), 3)
+
+
+def test_nonfinite_batch_is_skipped_and_counted(model_and_params):
+    model, params = model_and_params
+    batch = _batch()
+    batch["weights"] = batch["weights"].copy()
+    batch["weights"][0, 0] = np.nan  # poisons the loss and every gradient
+    opt = optax.adam(1e-2)
+    state = TrainState.create(params, opt, jax.random.key(1))
+    train_step = jax.jit(step.make_train_step(_loss_fn(model), opt))
+    new_state, metrics = train_step(state, batch)
+    assert float(metrics["nonfinite"]) == 1.0
+    assert int(new_state.step) == 1
+    for a, b in zip(jax.tree.leaves((state.params, state.opt_state)),
+                    jax.tree.leaves((new_state.params, new_state.opt_state))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert all(np.isfinite(float(v)) for v in metrics.values())
+    # A clean batch afterwards trains normally from the untouched state.
+    after, clean = train_step(new_state, _batch(seed=1))
+    assert float(clean["nonfinite"]) == 0.0
+    assert not np.array_equal(np.asarray(jax.tree.leaves(after.params)[0]),
+                              np.asarray(jax.tree.leaves(new_state.params)[0]))
