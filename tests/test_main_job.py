@@ -25,21 +25,22 @@ def trained(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("gpt"))
     # 8 fake devices (inherited XLA_FLAGS): the default mesh puts all of them on `data`.
     proc = _run("train.py", "--config=configs/gpt.py:size=tiny", f"--workdir={workdir}",
-                "--config.train.steps=60", "--config.train.log_every=20",
-                "--config.train.eval_every=60", "--config.train.checkpoint_every=30")
+                "--config.train.steps=150", "--config.train.log_every=50",
+                "--config.train.eval_every=150", "--config.train.checkpoint_every=75")
     return workdir, proc.stdout
 
 
 def test_training_prints_progress_and_loss_falls(trained):
     workdir, stdout = trained
-    assert "tok/s" in stdout and "ETA" in stdout and "step     60/60" in stdout
+    assert "tok/s" in stdout and "ETA" in stdout and "step    150/150" in stdout
     records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
     train = [r for r in records if r["split"] == "train"]
-    assert [r["step"] for r in train] == [20, 40, 60]
-    assert train[-1]["loss"] < train[0]["loss"] - 0.5
+    assert [r["step"] for r in train] == [50, 100, 150]
+    assert train[-1]["loss"] < train[0]["loss"] - 1.0
     summary = json.load(open(os.path.join(workdir, "summary.json")))
-    # Even 60 steps beat a unigram model of the same tokens on held-out text.
-    assert summary["perplexity"] < summary["unigram_perplexity"]
+    # 150 CPU steps already beat a unigram model of the same tokens on held-out text by far:
+    # the model learned the corpus's structure, not just word frequencies.
+    assert summary["perplexity"] < summary["unigram_perplexity"] / 3
 
 
 def test_eval_restores_the_checkpoint_and_reproduces_the_final_eval(trained):
@@ -47,7 +48,7 @@ def test_eval_restores_the_checkpoint_and_reproduces_the_final_eval(trained):
     _run("eval.py", "--config=configs/gpt.py:size=tiny", f"--workdir={workdir}")
     result = json.load(open(os.path.join(workdir, "eval.json")))
     summary = json.load(open(os.path.join(workdir, "summary.json")))
-    assert result["step"] == 60
+    assert result["step"] == 150
     assert result["perplexity"] == pytest.approx(summary["perplexity"], rel=1e-5)
 
 

@@ -1,4 +1,7 @@
-"""Gradient accumulation equals one large batch; NaN batches never reach the params."""
+"""Gradient accumulation equals one large batch; NaN batches never reach the params; bf16
+compute keeps float32 params and optimizer state."""
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -107,3 +110,26 @@ def test_nonfinite_batch_is_skipped_and_counted(model_and_params):
     assert float(clean["nonfinite"]) == 0.0
     assert not np.array_equal(np.asarray(jax.tree.leaves(after.params)[0]),
                               np.asarray(jax.tree.leaves(new_state.params)[0]))
+
+
+def test_bf16_compute_keeps_float32_params_and_optimizer_state():
+    cfg = gpt.config_for_size("tiny", vocab_size=V, max_len=T, dropout_rate=0.0,
+                              attention_dropout_rate=0.0, dtype="bfloat16")
+    model = gpt.GPT(cfg)
+    params = model.init(jax.random.key(0), jnp.zeros((1, T), jnp.int32))["params"]
+    f32_model = gpt.GPT(dataclasses.replace(cfg, dtype="float32"))
+    opt = optax.adamw(1e-3)
+    batch = _batch()
+    state = TrainState.create(params, opt, jax.random.key(1))
+    new_state, metrics = jax.jit(step.make_train_step(_loss_fn(model), opt))(state, batch)
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(new_state.params))
+    assert all(x.dtype in (jnp.float32, jnp.int32)
+               for x in jax.tree.leaves(new_state.opt_state))
+    # The bf16 forward really ran in bf16 (activations), yet stays close to float32.
+    logits = model.apply({"params": params}, batch["inputs"])
+    reference = f32_model.apply({"params": params}, batch["inputs"])
+    assert not np.array_equal(np.asarray(logits), np.asarray(reference))
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(reference), atol=0.1)
+    f32_sums = _loss_fn(f32_model)(params, batch, None, True)
+    np.testing.assert_allclose(float(metrics["loss_sum"]), float(f32_sums["loss_sum"]),
+                               rtol=2e-2)
