@@ -50,7 +50,7 @@ def _gpt_decoder(cfg, params, batch, length=T):
     return decoding.from_linen(GPT(cfg, decode=True), params, _gpt_cache(cfg, batch, length))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _full_forward(cfg):
     return jax.jit(lambda p, x: GPT(cfg).apply({"params": p}, x))
 
@@ -117,6 +117,7 @@ def _assert_beams_are(ref, tokens, lengths, scores, atol=1e-4):
     valid = np.isfinite(scores)
     assert valid.sum() == len(ref)
     assert valid[: len(ref)].all(), "empty slots must come last"
+    assert (tokens[~valid] == PAD).all() and (lengths[~valid] == 0).all()
     assert np.all(np.diff(scores[valid]) <= 1e-6), "beams must be sorted best first"
     seen = set()
     for row, length, score in zip(tokens[valid], lengths[valid], scores[valid]):
@@ -176,7 +177,7 @@ def test_beam_with_all_hypotheses_is_exhaustive_search_gpt(params):
         logp = _log_softmax64(_full_forward(CFG)(params, jnp.asarray(seqs, jnp.int32)))
         table = {tuple(s[:i]): logp[j, i - 1] for j, s in enumerate(seqs.tolist())
                  for i in range(len(prompt), length)}
-        ref = _reference_hypotheses(lambda seq: table[seq], prompt, n, 0.75, V)
+        ref = _reference_hypotheses(table.__getitem__, prompt, n, 0.75, V)
         _assert_beams_are(ref, out.tokens[b], out.lengths[b], out.scores[b])
 
 
@@ -340,7 +341,7 @@ def test_each_row_decodes_as_if_alone(params, decoder):
             np.testing.assert_allclose(many.scores[b], one.scores[0], atol=1e-5)
 
 
-# Greedy from BOS -> 4 -> 1 -> EOS -> EOS ...: a strong chain at every position.
+# A strong chain BOS -> 4 -> 1 -> EOS at every position, on weak random logits.
 CHAIN = np.random.default_rng(2).normal(size=(11, V, V)).astype(np.float32) * 0.3
 for _pos in range(11):
     CHAIN[_pos, BOS, 4] = CHAIN[_pos, 4, 1] = CHAIN[_pos, 1, EOS] = CHAIN[_pos, EOS, EOS] = 5.0
@@ -363,11 +364,11 @@ def _counted(fn, *args, **kw):
 def test_eos_pads_freezes_rows_and_stops_the_loop():
     dec = decoding.Decoder(counted_markov_step, jnp.asarray(CHAIN), jnp.zeros((2,), jnp.int32),
                            batch_axes=(0,), max_len=12)
-    prompts = np.array([[BOS], [4]], np.int32)
+    prompts = np.array([[BOS], [1]], np.int32)
     short, steps = _counted(decoding.greedy, dec, prompts, max_len=10)
     np.testing.assert_array_equal(short.tokens, [[BOS, 4, 1, EOS] + [PAD] * 6,
-                                                 [4, 1, EOS] + [PAD] * 7])
-    np.testing.assert_array_equal(short.lengths, [4, 3])
+                                                 [1, EOS] + [PAD] * 8])
+    np.testing.assert_array_equal(short.lengths, [4, 2])
     assert steps == 3  # the last row finished after 3 steps of the 9 max_len allows
     long, _ = _counted(decoding.greedy, dec, prompts, max_len=12)
     np.testing.assert_array_equal(long.tokens[:, :10], short.tokens)
@@ -380,6 +381,14 @@ def test_eos_pads_freezes_rows_and_stops_the_loop():
     np.testing.assert_array_equal(beam.tokens[0, 0], short.tokens[0])  # the chain is best
     np.testing.assert_array_equal(long_beam.tokens[:, :, :10], beam.tokens)
     np.testing.assert_allclose(long_beam.scores, beam.scores)
+    # A finished row's pool is frozen while the other row runs on: it is what the row alone gets.
+    for b in range(2):
+        alone = decoding.Decoder(counted_markov_step, jnp.asarray(CHAIN),
+                                 jnp.zeros((1,), jnp.int32), batch_axes=(0,))
+        one, _ = _counted(decoding.beam_search, alone, prompts[b : b + 1], beam_size=2,
+                          max_len=10)
+        np.testing.assert_array_equal(one.tokens[0], beam.tokens[b])
+        np.testing.assert_allclose(one.scores[0], beam.scores[b], rtol=1e-6)
     for tokens, length in zip(np.asarray(beam.tokens).reshape(-1, 10),
                               np.asarray(beam.lengths).ravel()):
         assert tokens[length - 1] == EOS and (tokens[length:] == PAD).all()
@@ -424,7 +433,7 @@ def test_decoding_compiles_once_per_shape(params):
     model = CountingGPT(CFG)
     outs, traced = [], []
     for scale in (1.0, 1.1):
-        decoder = decoding.from_linen(model, {"gpt": jax.tree.map(lambda x: x * scale, params)},
+        decoder = decoding.from_linen(model, {"gpt": jax.tree.map(lambda x, s=scale: x * s, params)},
                                       {"gpt": _gpt_cache(CFG, 2, T)})
         before = len(TRACES)  # from_linen's shape probes trace the model too
         outs.append(decoding.greedy(decoder, PROMPTS, LENGTHS, max_len=T))
