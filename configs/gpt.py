@@ -47,5 +47,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.optim.total_steps = steps
     config.train = common.train_config(steps)
     config.train.best_metric = "perplexity"
+    # Text sampled from the trained model at the end of train.py and by eval.py (num=0: none).
+    config.sample = dict(num=3, prompt="", max_len=48, temperature=0.8, top_k=0, top_p=0.95,
+                         seed=0)
     config.mesh = common.mesh_config()
     return config

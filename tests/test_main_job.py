@@ -41,11 +41,17 @@ def test_training_prints_progress_and_loss_falls(trained):
     # 150 CPU steps already beat a unigram model of the same tokens on held-out text by far:
     # the model learned the corpus's structure, not just word frequencies.
     assert summary["perplexity"] < summary["unigram_perplexity"] / 3
+    # It ends by sampling text from the trained model (config.sample.num=3 by default).
+    samples = stdout.split("samples:\n", 1)[1].splitlines()
+    assert len(samples) == 3 and all(len(line.split()) >= 3 for line in samples)
 
 
 def test_eval_restores_the_checkpoint_and_reproduces_the_final_eval(trained):
     workdir, _ = trained
-    _run("eval.py", "--config=configs/gpt.py:size=tiny", f"--workdir={workdir}")
+    proc = _run("eval.py", "--config=configs/gpt.py:size=tiny", f"--workdir={workdir}",
+                "--config.sample.num=2", "--config.sample.prompt=Lomira lives in")
+    samples = proc.stdout.split("samples:\n", 1)[1].splitlines()
+    assert len(samples) == 2 and all(s.strip().startswith("Lomira lives in") for s in samples)
     result = json.load(open(os.path.join(workdir, "eval.json")))
     summary = json.load(open(os.path.join(workdir, "summary.json")))
     assert result["step"] == 150

@@ -31,4 +31,6 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
             json.dump(result, f, indent=2)
         print(" | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                          for k, v in result.items()), flush=True)
+    with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
+        loop.print_samples(setup.task, state.params)
     return result

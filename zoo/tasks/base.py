@@ -53,6 +53,10 @@ class Task(abc.ABC):
         """Training FLOPs per token (forward + backward) for MFU; 0 = unknown, MFU not shown."""
         return 0.0
 
+    def samples(self, params) -> list[str]:
+        """Generated examples to show a person (e.g. sampled text); none by default."""
+        return []
+
     def baselines(self) -> dict[str, float]:
         """Reference figures a trained model should beat (e.g. a unigram model's perplexity)."""
         return {}

@@ -1,11 +1,16 @@
 """Causal language modelling (GPT) on packed documents; eval reports perplexity."""
 
+import dataclasses
 import math
 
+import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from zoo import decoding
 from zoo.data import lm_pipeline
+from zoo.data.tokenizers import BOS_ID
 from zoo.models import gpt
 from zoo.tasks.base import Batch, Task
 from zoo.train.losses import cross_entropy_sums
@@ -79,6 +84,30 @@ class LanguageModelTask(Task):
         n = layers * per_layer + cfg.vocab_size * d
         attention = 3 * 2 * 2 * t * d * layers / 2
         return 6.0 * n + attention
+
+    def samples(self, params) -> list[str]:
+        """config.sample.num continuations of config.sample.prompt, sampled over the KV cache."""
+        cfg = self.config.sample
+        if cfg.num <= 0:
+            return []
+        max_len = min(cfg.max_len, self.model_config.max_len)
+        model = gpt.GPT(dataclasses.replace(self.model_config, dropout_rate=0.0,
+                                            attention_dropout_rate=0.0), decode=True)
+        shapes = jax.eval_shape(model.init, jax.random.key(0),
+                                jnp.zeros((cfg.num, max_len), jnp.int32))["cache"]
+        cache = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        prompt = [BOS_ID] + self.tokenizer.encode(cfg.prompt)
+        if len(prompt) >= max_len:
+            raise ValueError(f"config.sample.prompt is {len(prompt)} tokens; it must be shorter "
+                             f"than config.sample.max_len={max_len}")
+        out = decoding.sample(
+            decoding.from_linen(model, params, cache),
+            np.tile(np.asarray(prompt, np.int32), (cfg.num, 1)),
+            rng=jax.random.key(cfg.seed), max_len=max_len, temperature=cfg.temperature,
+            top_k=cfg.top_k, top_p=cfg.top_p,
+        )
+        tokens, lengths = jax.device_get((out.tokens, out.lengths))
+        return [self.tokenizer.decode(row[:n]) for row, n in zip(tokens, lengths)]
 
     def baselines(self) -> dict[str, float]:
         nll = lm_pipeline.unigram_nll_per_token(

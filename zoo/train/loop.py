@@ -204,6 +204,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
                     return summary
             if start >= total:  # resumed a finished run: report its final eval again
                 summary = evaluate(task, eval_step, state.params, batch_sharding)
+            print_samples(task, state.params)
     finally:
         # Waits for async saves: a checkpoint the log announced is on disk before we return.
         checkpointer.close()
@@ -214,6 +215,14 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
         with open(os.path.join(workdir, "summary.json"), "w") as f:
             json.dump({"step": total, **summary, **baselines}, f, indent=2)
     return summary
+
+
+def print_samples(task, params) -> None:
+    texts = task.samples(params)
+    if texts and jax.process_index() == 0:
+        print("samples:", flush=True)
+        for text in texts:
+            print(f"  {text}", flush=True)
 
 
 def _train_report(task, history, schedule, done) -> dict[str, float]:
