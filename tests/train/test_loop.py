@@ -151,3 +151,11 @@ def test_best_checkpoint_is_kept_beside_the_last(tiny_lm_config, tmp_path):
              if r["split"] == "eval"}
     assert best.best_value() == pytest.approx(min(evals.values()))
     assert Checkpointer(str(tmp_path)).latest_step() == 6
+
+
+def test_profile_window_writes_a_trace_and_bad_windows_are_named(tiny_lm_config, tmp_path):
+    loop.run(tiny_lm_config(steps=3, profile_steps="1:2"), str(tmp_path))
+    traces = list((tmp_path / "profile").rglob("*.xplane.pb"))
+    assert traces and traces[0].stat().st_size > 0
+    with pytest.raises(ValueError, match="config.train.profile_steps"):
+        loop.run(tiny_lm_config(steps=3, profile_steps="2:1"), str(tmp_path / "bad"))
