@@ -49,6 +49,14 @@ class Task(abc.ABC):
     def model_inputs(self, batch: Batch) -> dict:
         return {}
 
+    def tokens_per_batch(self) -> int:
+        """Tokens in one global batch (the unit of flops_per_token)."""
+        return self.config.data.batch_size * self.config.data.seq_len
+
+    def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
+        """Activation memory of one device's micro-batch for the backward pass (dry run)."""
+        return 0.0
+
     def flops_per_token(self) -> float:
         """Training FLOPs per token (forward + backward) for MFU; 0 = unknown, MFU not shown."""
         return 0.0

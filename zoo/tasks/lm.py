@@ -13,6 +13,7 @@ from zoo.data import lm_pipeline
 from zoo.data.tokenizers import BOS_ID
 from zoo.models import gpt
 from zoo.tasks.base import Batch, Task
+from zoo.train import dry_run
 from zoo.train.losses import cross_entropy_sums
 
 
@@ -84,6 +85,16 @@ class LanguageModelTask(Task):
         n = layers * per_layer + cfg.vocab_size * d
         attention = 3 * 2 * 2 * t * d * layers / 2
         return 6.0 * n + attention
+
+    def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
+        cfg = self.model_config
+        seq = self.config.data.seq_len
+        stack = dry_run.transformer_activation_bytes(
+            per_device_batch, seq, cfg.embed_dim, cfg.num_heads, cfg.num_layers, cfg.mlp_dim,
+            jnp.dtype(cfg.dtype).itemsize, cfg.remat, tensor_parallel)
+        # float32 logits and their softmax for the loss, split over vocab by tensor parallelism
+        logits = 2 * per_device_batch * seq * cfg.vocab_size * 4 / tensor_parallel
+        return stack + logits
 
     def samples(self, params) -> list[str]:
         """config.sample.num continuations of config.sample.prompt, sampled over the KV cache."""

@@ -12,7 +12,7 @@ import optax
 
 from zoo import tasks
 from zoo.train import metrics as metrics_lib
-from zoo.train import optim, partitioning, step
+from zoo.train import dry_run, optim, partitioning, step
 from zoo.train.checkpoint import Checkpointer
 from zoo.train.state import TrainState
 
@@ -134,6 +134,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
         raise ValueError(f"config.train.nonfinite must be one of {NONFINITE_POLICIES}, "
                          f"got {train_cfg.nonfinite!r}")
     profile = _profile_window(train_cfg.profile_steps)
+    if train_cfg.dry_run:
+        return dry_run.report(config, workdir, devices)
     setup = build(config, workdir, devices)
     task, batch_sharding = setup.task, setup.batch_sharding
     train_step, eval_step = make_train_step(setup, config), make_eval_step(setup)

@@ -1,0 +1,101 @@
+"""A dry run: the mesh, per-device memory and FLOPs of a job, from shapes alone.
+
+Nothing is compiled or allocated: the state is traced with jax.eval_shape, each leaf's bytes
+are divided by the number of devices its logical sharding splits it over, and activations and
+FLOPs come from the task's analytic model.
+"""
+
+import math
+
+import flax.linen as nn
+import jax
+import ml_collections
+import numpy as np
+
+from zoo import tasks
+from zoo.train import optim, partitioning
+from zoo.train.state import TrainState
+
+
+def transformer_activation_bytes(batch: int, seq_len: int, hidden: int, heads: int, layers: int,
+                                 mlp: int, dtype_bytes: int, remat: str,
+                                 tensor_parallel: int = 1) -> float:
+    """Activation memory kept for the backward pass of a Transformer stack on one device.
+
+    Per layer and token without recomputation (Korthikanti et al. 2022, eq. 2, for any mlp
+    width and element size): 6 * hidden elements stay whole on every device (the layer input,
+    two LayerNorm inputs, the FFN input, two dropout masks) and 4 * hidden + 2 * mlp +
+    2 * heads * seq_len are split by tensor parallelism (q, k, v, attention output, FFN hidden
+    and activation, softmax output and its dropout mask). 'full' remat keeps only each layer's
+    input and recomputes one layer at a time; 'dots' keeps the matmul outputs.
+    """
+    t = tensor_parallel
+    full_layer = 6 * hidden + (4 * hidden + 2 * mlp + 2 * heads * seq_len) / t
+    per_token = {
+        "none": full_layer,
+        "dots": hidden + (4 * hidden + mlp) / t,
+        "full": hidden,
+    }[remat]
+    total = per_token * layers
+    if remat == "full":  # plus the one layer being recomputed
+        total += full_layer
+    return float(batch * seq_len * total * dtype_bytes)
+
+
+def _bytes_per_device(abstract_tree, shardings, mesh) -> float:
+    total = 0.0
+    for leaf, sharding in zip(jax.tree.leaves(abstract_tree), jax.tree.leaves(shardings)):
+        split = 1
+        for axes in sharding.spec:
+            for axis in (axes if isinstance(axes, tuple) else (axes,)):
+                if axis is not None:
+                    split *= mesh.shape[axis]
+        total += leaf.size * np.dtype(leaf.dtype).itemsize / split
+    return total
+
+
+def report(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, float]:
+    """Prints and returns the dry-run figures for `config` on `devices` (default: all)."""
+    task = tasks.get(config.task)(config, workdir)
+    mesh = partitioning.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor,
+                                  devices=devices)
+    rules = tuple((n, tuple(a) if isinstance(a, list) else a) for n, a in config.mesh.rules)
+    optimizer = optim.make_optimizer(config.optim)
+
+    def init_state(rng):
+        return TrainState.create(task.init_params(rng), optimizer, rng)
+
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        # The key is made inside the trace: even jax.random.key(0) would compile eagerly.
+        boxed = jax.eval_shape(lambda: init_state(jax.random.key(0)))
+        shardings = nn.unbox(partitioning.logical_sharding(boxed, mesh, rules))
+    state = nn.unbox(boxed)
+    data_parallel = mesh.shape["data"] * mesh.shape["fsdp"]
+    per_device_batch = math.ceil(
+        config.data.batch_size / data_parallel / config.train.grad_accum_steps)
+    figures = {
+        "devices": float(mesh.size),
+        "params": float(sum(x.size for x in jax.tree.leaves(state.params))),
+        "param_bytes_per_device": _bytes_per_device(state.params, shardings.params, mesh),
+        "optimizer_bytes_per_device": _bytes_per_device(state.opt_state, shardings.opt_state,
+                                                        mesh),
+        "activation_bytes_per_device": task.activation_bytes(per_device_batch,
+                                                             mesh.shape["tensor"]),
+        "flops_per_step": task.flops_per_token() * task.tokens_per_batch(),
+    }
+    # Gradients live as long as the params during the update.
+    figures["total_bytes_per_device"] = (2 * figures["param_bytes_per_device"]
+                                         + figures["optimizer_bytes_per_device"]
+                                         + figures["activation_bytes_per_device"])
+    if jax.process_index() == 0:
+        gib = 2.0**30
+        print(f"dry run: {config.task} on mesh {dict(mesh.shape)} ({mesh.size} devices)")
+        print(f"  parameters          {figures['params']:,.0f}")
+        print(f"  per device: params  {figures['param_bytes_per_device'] / gib:.3f} GiB, "
+              f"grads {figures['param_bytes_per_device'] / gib:.3f} GiB, optimizer "
+              f"{figures['optimizer_bytes_per_device'] / gib:.3f} GiB, activations "
+              f"{figures['activation_bytes_per_device'] / gib:.3f} GiB "
+              f"(micro-batch {per_device_batch} rows)")
+        print(f"  total per device    {figures['total_bytes_per_device'] / gib:.3f} GiB")
+        print(f"  FLOPs per step      {figures['flops_per_step']:.3e}", flush=True)
+    return figures
