@@ -159,3 +159,20 @@ def test_profile_window_writes_a_trace_and_bad_windows_are_named(tiny_lm_config,
     assert traces and traces[0].stat().st_size > 0
     with pytest.raises(ValueError, match="config.train.profile_steps"):
         loop.run(tiny_lm_config(steps=3, profile_steps="2:1"), str(tmp_path / "bad"))
+
+
+def test_init_from_takes_params_but_not_optimizer_or_step(tiny_lm_config, tmp_path):
+    first = str(tmp_path / "first")
+    loop.run(tiny_lm_config(steps=3), first)
+    saved = Checkpointer(first).restore(loop.build(tiny_lm_config(), first).state)
+    second = tiny_lm_config(steps=1, init_from=first)
+    setup = loop.build(second, str(tmp_path / "second"))
+    started = loop._init_params_from(first, setup.state)
+    assert int(started.step) == 0
+    for a, b in zip(jax.tree.leaves(started.params), jax.tree.leaves(saved.params)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for a, b in zip(jax.tree.leaves(started.opt_state), jax.tree.leaves(setup.state.opt_state)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # fresh optimizer
+    with pytest.raises(FileNotFoundError, match="config.train.init_from"):
+        loop.run(tiny_lm_config(steps=1, init_from=str(tmp_path / "nowhere")),
+                 str(tmp_path / "third"))

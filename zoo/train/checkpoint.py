@@ -72,6 +72,25 @@ class Checkpointer:
             items["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
         return self._manager.restore(step, args=ocp.args.Composite(**items))["state"]
 
+    def restore_params(self, target_params, step: int | None = None):
+        """Only the params of a saved train state, onto `target_params`' shapes and shardings
+        (a new run initialised from another run: new optimizer, step 0, other data)."""
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"no checkpoint in {self.directory} to initialise from")
+        target = {"params": jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), target_params)}
+        try:
+            restored = self._manager.restore(step, args=ocp.args.Composite(
+                state=ocp.args.PyTreeRestore(
+                    item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+                    partial_restore=True)))
+        except (ValueError, KeyError) as e:
+            raise ValueError(
+                f"the params saved in {self.directory} (step {step}) do not fit this model: {e}"
+            ) from None
+        return restored["state"]["params"]
+
     def close(self) -> None:
         self._manager.wait_until_finished()
         self._manager.close()

@@ -150,6 +150,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
     state = setup.state
     if checkpointer.latest_step() is not None:
         state = checkpointer.restore(state, batches)
+    elif train_cfg.init_from:
+        state = _init_params_from(train_cfg.init_from, state)
     start, total = int(state.step), train_cfg.steps
     writer = metrics_lib.MetricsWriter(workdir, tensorboard=train_cfg.tensorboard)
     progress = metrics_lib.Progress(
@@ -217,6 +219,22 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
         with open(os.path.join(workdir, "summary.json"), "w") as f:
             json.dump({"step": total, **summary, **baselines}, f, indent=2)
     return summary
+
+
+def _init_params_from(workdir: str, state: TrainState) -> TrainState:
+    """Starts a run from another run's latest params (e.g. BERT phase 2 from phase 1)."""
+    source = Checkpointer(workdir)
+    if source.latest_step() is None:
+        raise FileNotFoundError(
+            f"config.train.init_from={workdir!r} holds no checkpoint ({source.directory}); "
+            "point it at the workdir of a finished run"
+        )
+    params = source.restore_params(state.params)
+    if jax.process_index() == 0:
+        print(f"initialised params from {source.directory} step {source.latest_step()}",
+              flush=True)
+    source.close()
+    return state.replace(params=params)
 
 
 def print_samples(task, params) -> None:
