@@ -25,6 +25,26 @@ def parse_arg(arg: str | None, **defaults):
     return result
 
 
+def source_config() -> dict:
+    """Where documents come from (zoo/data/sources.py); shared by every text-corpus job."""
+    return dict(
+        source="synthetic",  # synthetic | text | tfds
+        seed=0,
+        train_files="",  # text source: comma-separated globs of BERT-format text files
+        eval_files="",
+        # tfds source: a dataset prepared (array_record) in a local data_dir, e.g. 'lm1b'
+        tfds_name="",
+        tfds_data_dir="",  # '' = TFDS's default ($TFDS_DATA_DIR, else ~/tensorflow_datasets)
+        tfds_text_key="text",
+        tfds_train_split="train",
+        tfds_validation_split="validation",  # lm1b has none: 'test', or 'train[:1%]'
+        tfds_test_split="test",
+        tfds_max_records=0,  # 0 = all; N = the first N records of each split
+        tokenizer="",  # a SentencePiece .model or WordPiece vocab.txt; '' = train one (cached)
+        tokenizer_type="bpe",  # for a trained SentencePiece model: bpe | unigram
+    )
+
+
 def mesh_config() -> ml_collections.ConfigDict:
     # data=-1 takes every device not used by fsdp/tensor, so the default runs anywhere.
     return ml_collections.ConfigDict(

@@ -21,20 +21,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         remat="none", dtype="float32" if tiny else "bfloat16", param_dtype="float32",
     )
     config.data = dict(
-        source="synthetic",  # synthetic | text | tfds
-        seed=0,
-        train_files="",  # text source: comma-separated globs of BERT-format text files
-        eval_files="",
-        # tfds source: a dataset prepared (array_record) in a local data_dir, e.g. 'lm1b'
-        tfds_name="",
-        tfds_data_dir="",  # '' = TFDS's default ($TFDS_DATA_DIR, else ~/tensorflow_datasets)
-        tfds_text_key="text",
-        tfds_train_split="train",
-        tfds_validation_split="validation",  # lm1b has none: 'test', or 'train[:1%]'
-        tfds_test_split="test",
-        tfds_max_records=0,  # 0 = all; N = the first N records of each split
-        tokenizer="",  # a SentencePiece .model; empty = train one on the corpus (cached)
-        tokenizer_type="bpe",
+        common.source_config(),
         vocab_size=1024 if tiny else 32768,
         seq_len=64 if tiny else 1024,
         batch_size=32 if tiny else 512,
