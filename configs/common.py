@@ -30,6 +30,7 @@ def source_config() -> dict:
     return dict(
         source="synthetic",  # synthetic | text | tfds
         seed=0,
+        synthetic_entities=500,  # synthetic source: world size (~0.8 documents per entity)
         train_files="",  # text source: comma-separated globs of BERT-format text files
         eval_files="",
         # tfds source: a dataset prepared (array_record) in a local data_dir, e.g. 'lm1b'

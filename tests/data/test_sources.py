@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from configs import common
+
 from zoo.data import sources, synthetic, tfds_source
 
 # Record text -> the document it must give (None: a blank record gives no document).
@@ -121,12 +123,9 @@ def _expected(table, texts) -> list[list[str]]:
 
 
 def _cfg(**overrides) -> ml_collections.ConfigDict:
-    cfg = ml_collections.ConfigDict(dict(
-        source="tfds", seed=0, train_files="", eval_files="",
-        tfds_name="zoo_tiny_text", tfds_data_dir="", tfds_text_key="text",
-        tfds_train_split="train", tfds_validation_split="validation", tfds_test_split="test",
-        tfds_max_records=0,
-    ))
+    # The source block every job's config carries, pointed at the test dataset.
+    cfg = ml_collections.ConfigDict(common.source_config())
+    cfg.update(source="tfds", tfds_name="zoo_tiny_text")
     cfg.update(overrides)
     return cfg
 

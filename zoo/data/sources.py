@@ -16,8 +16,8 @@ _SPLITS = ("train", "validation", "test")
 
 
 @functools.lru_cache(maxsize=4)
-def _synthetic_splits(seed: int) -> dict[str, Documents]:
-    splits = synthetic.corpus_splits(seed=seed)
+def _synthetic_splits(seed: int, num_entities: int) -> dict[str, Documents]:
+    splits = synthetic.corpus_splits(seed=seed, num_entities=num_entities)
     return {name: [list(doc.texts) for doc in docs] for name, docs in splits.items()}
 
 
@@ -35,14 +35,15 @@ def expand_files(patterns: str, key: str) -> list[str]:
 def load_documents(cfg: ml_collections.ConfigDict, split: str) -> Documents:
     """Documents of `split` ('train' | 'validation' | 'test') from config.data.source.
 
-    'synthetic': the seeded world corpus of config.data.seed. 'text': BERT-format files,
+    'synthetic': the seeded world corpus of config.data.seed with
+    config.data.synthetic_entities entities. 'text': BERT-format files,
     config.data.train_files for 'train' and config.data.eval_files for the other two. 'tfds': a
     TFDS dataset prepared in a local data_dir (see zoo.data.tfds_source.load_documents).
     """
     if split not in _SPLITS:
         raise ValueError(f"split must be one of {_SPLITS}, got {split!r}")
     if cfg.source == "synthetic":
-        return _synthetic_splits(cfg.seed)[split]
+        return _synthetic_splits(cfg.seed, cfg.synthetic_entities)[split]
     if cfg.source == "text":
         key = "config.data.train_files" if split == "train" else "config.data.eval_files"
         patterns = cfg.train_files if split == "train" else cfg.eval_files

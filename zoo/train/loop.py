@@ -251,8 +251,9 @@ def _train_report(task, history, schedule, done) -> dict[str, float]:
     grad_norm = sums.pop("grad_norm") / applied
     skipped = sums.pop("nonfinite")
     report = task.summarize(sums)
+    # Throughput counts every input token a step processed (the unit of flops_per_token).
     report.update(grad_norm=grad_norm, lr=float(schedule(done)), skipped_steps=skipped,
-                  tokens=sums["weight_sum"])
+                  tokens=task.tokens_per_batch() * len(history))
     return report
 
 
