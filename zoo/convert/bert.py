@@ -1,0 +1,563 @@
+"""Hugging Face and google-research/bert <-> zoo BERT (zoo.models.bert): configs and parameters.
+
+Three layouts of the same tensors, one table. Each row names a tensor in Hugging Face
+(BertForPreTraining / BertModel state dicts), in the google-research/bert TensorFlow checkpoint
+and in our params, with its HF shape, our shape and how the two are laid out:
+
+* 'same': identical up to a C-order reshape (embeddings, LayerNorms, biases; a q/k/v bias of
+  D = H*K values becomes our (H, K), column h*K + k belonging to head h as in HF's head split).
+* 'linear': an nn.Linear. HF stores (out, in), TF's `kernel` and ours (in, out) (ours with the
+  in/out axes further split into heads: q/k/v (D, H, K), the attention output (H, K, D)).
+* 'output_weights': the NSP layer, which google-research/bert stores as `output_weights`
+  (2, H), the (out, in) orientation of HF, transposed against our (H, 2) kernel.
+
+LayerNorm gain/shift are `weight`/`bias` in HF (`gamma`/`beta` in old HF files, accepted),
+`gamma`/`beta` in TF, `scale`/`bias` ours. Our encoder layers live under encoder/layer_{i}/
+(or, scanned, one encoder/layers/ subtree with a leading layer axis).
+
+The MLM decoder is tied to the word embeddings in all three: HF's state dict repeats it as
+`cls.predictions.decoder.weight` (and the output bias as `cls.predictions.decoder.bias`); both
+are accepted when equal to what they repeat and written back as copies.
+
+Example:
+  hf_model = transformers.BertForPreTraining.from_pretrained(path)
+  config = config_from_hf(hf_model.config)
+  params = params_from_hf(hf_model.state_dict(), config)
+  mlm, nsp = zoo.models.bert.BertForPreTraining(config).apply(
+      {"params": params}, ids, types, mask, masked_positions)
+"""
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+import numpy as np
+from flax import traverse_util
+
+from zoo.models.bert import BertConfig
+
+# Shapes are symbols resolved from the config (`_dims`): V vocab, P positions, S segment types,
+# D hidden width, H heads, K head width (D // H), F intermediate width, 2 the NSP classes.
+# Rows: (HF name, TF name, our path, HF shape, our shape, layout).
+# BertModel tensors: HF names bare or under 'bert.', TF under 'bert/', ours under bert/ in
+# BertForPreTraining's params (at the root in BertModel's).
+_MODEL_TABLE = (
+    ("embeddings.word_embeddings.weight", "embeddings/word_embeddings",
+     "embeddings/word_embeddings/embedding", "V D", "V D", "same"),
+    ("embeddings.position_embeddings.weight", "embeddings/position_embeddings",
+     "embeddings/position_embeddings/embedding", "P D", "P D", "same"),
+    ("embeddings.token_type_embeddings.weight", "embeddings/token_type_embeddings",
+     "embeddings/token_type_embeddings/embedding", "S D", "S D", "same"),
+    ("embeddings.LayerNorm.weight", "embeddings/LayerNorm/gamma", "embeddings/norm/scale",
+     "D", "D", "same"),
+    ("embeddings.LayerNorm.bias", "embeddings/LayerNorm/beta", "embeddings/norm/bias",
+     "D", "D", "same"),
+    ("pooler.dense.weight", "pooler/dense/kernel", "pooler/dense/kernel", "D D", "D D", "linear"),
+    ("pooler.dense.bias", "pooler/dense/bias", "pooler/dense/bias", "D", "D", "same"),
+)
+# Per layer: HF under encoder.layer.{i}., TF under encoder/layer_{i}/, ours under
+# encoder/layer_{i}/ (encoder/layers/ when scanned).
+_LAYER_TABLE = tuple(
+    (f"attention.self.{p}.weight", f"attention/self/{p}/kernel", f"self_attention/{p}/kernel",
+     "D D", "D H K", "linear")
+    for p in ("query", "key", "value")
+) + tuple(
+    (f"attention.self.{p}.bias", f"attention/self/{p}/bias", f"self_attention/{p}/bias",
+     "D", "H K", "same")
+    for p in ("query", "key", "value")
+) + (
+    ("attention.output.dense.weight", "attention/output/dense/kernel", "self_attention/out/kernel",
+     "D D", "H K D", "linear"),
+    ("attention.output.dense.bias", "attention/output/dense/bias", "self_attention/out/bias",
+     "D", "D", "same"),
+    ("attention.output.LayerNorm.weight", "attention/output/LayerNorm/gamma",
+     "self_attention_norm/scale", "D", "D", "same"),
+    ("attention.output.LayerNorm.bias", "attention/output/LayerNorm/beta",
+     "self_attention_norm/bias", "D", "D", "same"),
+    ("intermediate.dense.weight", "intermediate/dense/kernel", "mlp/wi/kernel",
+     "F D", "D F", "linear"),
+    ("intermediate.dense.bias", "intermediate/dense/bias", "mlp/wi/bias", "F", "F", "same"),
+    ("output.dense.weight", "output/dense/kernel", "mlp/wo/kernel", "D F", "F D", "linear"),
+    ("output.dense.bias", "output/dense/bias", "mlp/wo/bias", "D", "D", "same"),
+    ("output.LayerNorm.weight", "output/LayerNorm/gamma", "mlp_norm/scale", "D", "D", "same"),
+    ("output.LayerNorm.bias", "output/LayerNorm/beta", "mlp_norm/bias", "D", "D", "same"),
+)
+# Pretraining heads: HF under cls., TF under cls/, ours at BertForPreTraining's root.
+_HEADS_TABLE = (
+    ("cls.predictions.transform.dense.weight", "cls/predictions/transform/dense/kernel",
+     "predictions/transform/kernel", "D D", "D D", "linear"),
+    ("cls.predictions.transform.dense.bias", "cls/predictions/transform/dense/bias",
+     "predictions/transform/bias", "D", "D", "same"),
+    ("cls.predictions.transform.LayerNorm.weight", "cls/predictions/transform/LayerNorm/gamma",
+     "predictions/transform_norm/scale", "D", "D", "same"),
+    ("cls.predictions.transform.LayerNorm.bias", "cls/predictions/transform/LayerNorm/beta",
+     "predictions/transform_norm/bias", "D", "D", "same"),
+    ("cls.predictions.bias", "cls/predictions/output_bias", "predictions/output_bias",
+     "V", "V", "same"),
+    ("cls.seq_relationship.weight", "cls/seq_relationship/output_weights",
+     "seq_relationship/kernel", "2 D", "D 2", "output_weights"),
+    ("cls.seq_relationship.bias", "cls/seq_relationship/output_bias", "seq_relationship/bias",
+     "2", "2", "same"),
+)
+
+# HF's copies of tied tensors: (the copy, the HF name it must equal, less any 'bert.' prefix).
+_HF_TIED = (
+    ("cls.predictions.decoder.weight", "embeddings.word_embeddings.weight"),
+    ("cls.predictions.decoder.bias", "cls.predictions.bias"),
+)
+# Buffers some HF versions saved with the parameters (arange / zeros); HF ignores them on load.
+_HF_BUFFERS = re.compile(r"(bert\.)?embeddings\.(position_ids|token_type_ids)")
+# TF checkpoints written during training also hold optimizer slots and the step counter
+# (google-research/bert's AdamWeightDecay: adam_m/adam_v; TF1 Adam: Adam/Adam_1/beta*_power).
+_TF_OPTIMIZER = re.compile(r".*/adam_[mv]|.*/Adam(_1)?|global_step|beta[12]_power")
+# Key fragments that identify other families, for a useful error when one is passed by mistake.
+_OTHER_FAMILIES = (
+    ("GPT-2", "attn.c_attn.weight", "zoo.convert.gpt2"),
+    ("GPT-2", "wte.weight", "zoo.convert.gpt2"),
+    ("RoBERTa", "roberta.embeddings", None),
+    ("T5", "SelfAttention.q.weight", None),
+    ("Llama-style", "self_attn.q_proj.weight", None),
+)
+
+# HF BERT options and the values our BERT implements; anything else changes the function.
+_FIXED_OPTIONS = (
+    ("hidden_act", ("gelu",), "BERT uses the exact (erf) GELU; HF's 'gelu' is that one"),
+    ("position_embedding_type", ("absolute",), "BERT uses learned absolute positions"),
+    ("is_decoder", (False,), "BERT is a bidirectional encoder"),
+    ("add_cross_attention", (False,), "BERT is a bidirectional encoder"),
+    ("tie_word_embeddings", (True,), "the MLM decoder is tied to the word embeddings"),
+)
+# BertConfig fields a caller may choose; the rest describe the checkpoint and come from it.
+_FREE_FIELDS = (
+    "dropout_rate", "attention_dropout_rate", "backend", "scan_layers", "remat", "dtype",
+    "param_dtype",
+)
+_REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+             "intermediate_size")
+
+
+def config_from_hf(hf_config: Mapping[str, Any] | Any, **overrides: Any) -> BertConfig:
+    """The BertConfig of a Hugging Face BERT config or a google-research `bert_config.json`.
+
+    Args:
+      hf_config: the config as a dict (or a `transformers.BertConfig`). google-research's
+        bert_config.json has no model_type and is read the same way.
+      **overrides: choices the checkpoint does not make: dropout_rate, attention_dropout_rate,
+        backend, scan_layers, remat, dtype, param_dtype.
+
+    Raises:
+      ValueError: not a BERT config, or one using an option our BERT does not implement.
+    """
+    hf = dict(hf_config.to_dict() if hasattr(hf_config, "to_dict") else hf_config)
+    model_type = hf.get("model_type", "bert")
+    if model_type != "bert":
+        raise ValueError(f"config_from_hf: model_type={model_type!r}, not a BERT config")
+    missing = [k for k in _REQUIRED if k not in hf]
+    if missing:
+        raise ValueError(f"config_from_hf: the BERT config lacks {missing}")
+    for field, supported, why in _FIXED_OPTIONS:
+        if field in hf and hf[field] not in supported:
+            raise ValueError(
+                f"config_from_hf: {field}={hf[field]!r} is not supported ({why}); "
+                f"supported: {list(supported)}"
+            )
+    bad = sorted(set(overrides) - set(_FREE_FIELDS))
+    if bad:
+        raise ValueError(
+            f"config_from_hf: cannot override {bad}: they describe the checkpoint; "
+            f"overridable fields are {list(_FREE_FIELDS)}"
+        )
+    d, heads = hf["hidden_size"], hf["num_attention_heads"]
+    if d % heads:
+        raise ValueError(
+            f"config_from_hf: hidden_size={d} is not divisible by num_attention_heads={heads}"
+        )
+    kw = dict(
+        vocab_size=hf["vocab_size"],
+        hidden_size=d,
+        num_layers=hf["num_hidden_layers"],
+        num_heads=heads,
+        intermediate_size=hf["intermediate_size"],
+        max_position_embeddings=hf.get("max_position_embeddings", 512),
+        type_vocab_size=hf.get("type_vocab_size", 2),
+        dropout_rate=hf.get("hidden_dropout_prob", 0.1),
+        attention_dropout_rate=hf.get("attention_probs_dropout_prob", 0.1),
+        layer_norm_epsilon=hf.get("layer_norm_eps", 1e-12),
+    )
+    kw.update(overrides)
+    return BertConfig(**kw)
+
+
+def config_to_hf(config: BertConfig, **extra: Any) -> dict[str, Any]:
+    """The Hugging Face BERT config dict (for `transformers.BertConfig(**d)`) of `config`.
+
+    Its fields are a superset of google-research's bert_config.json.
+
+    Args:
+      config: our model config.
+      **extra: more HF fields, e.g. pad_token_id from the tokenizer (HF's default is 0).
+    """
+    hf = dict(
+        model_type="bert",
+        architectures=["BertForPreTraining"],
+        vocab_size=config.vocab_size,
+        hidden_size=config.hidden_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        intermediate_size=config.intermediate_size,
+        hidden_act="gelu",
+        hidden_dropout_prob=config.dropout_rate,
+        attention_probs_dropout_prob=config.attention_dropout_rate,
+        max_position_embeddings=config.max_position_embeddings,
+        type_vocab_size=config.type_vocab_size,
+        layer_norm_eps=config.layer_norm_epsilon,
+        position_embedding_type="absolute",
+        is_decoder=False,
+        add_cross_attention=False,
+        tie_word_embeddings=True,
+        dtype=config.param_dtype,
+    )
+    hf.update(extra)
+    return hf
+
+
+# ---- the table, instantiated -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Row:
+    hf: str
+    tf: str
+    ours: str
+    hf_shape: tuple[int, ...]
+    our_shape: tuple[int, ...]
+    layout: str  # 'same', 'linear' or 'output_weights' (see the module docstring)
+    layer: int | None  # which layer a per-layer row belongs to (its slice when scanned)
+
+    def name(self, fmt: str) -> str:
+        return self.hf if fmt == "hf" else self.tf
+
+    def _transposed(self, fmt: str) -> bool:
+        """Whether the `fmt` tensor is (out, in) against our (in, out)."""
+        if fmt == "hf":
+            return self.layout != "same"
+        return self.layout == "output_weights"
+
+    def shape(self, fmt: str) -> tuple[int, ...]:
+        if fmt == "tf" and self.layout == "linear":
+            return self.hf_shape[::-1]
+        return self.hf_shape
+
+    def to_ours(self, x: np.ndarray, fmt: str) -> np.ndarray:
+        return (x.T if self._transposed(fmt) else x).reshape(self.our_shape)
+
+    def from_ours(self, x: np.ndarray, fmt: str) -> np.ndarray:
+        shape = self.shape(fmt)
+        if self._transposed(fmt):
+            return np.ascontiguousarray(x.reshape(shape[::-1]).T)
+        return x.reshape(shape).copy()
+
+
+def _dims(config: BertConfig) -> dict[str, int]:
+    d = config.hidden_size
+    return dict(
+        V=config.vocab_size, P=config.max_position_embeddings, S=config.type_vocab_size, D=d,
+        H=config.num_heads, K=d // config.num_heads, F=config.intermediate_size, **{"2": 2},
+    )
+
+
+def _rows(config: BertConfig, heads: bool, hf_prefix: str) -> list[_Row]:
+    """The tables instantiated for `config`: concrete names, paths and shapes.
+
+    hf_prefix is '' or 'bert.' for the BertModel tensors' HF names.
+    """
+    dims = _dims(config)
+
+    def shape(spec):
+        return tuple(dims[s] for s in spec.split())
+
+    ours_prefix = "bert/" if heads else ""
+    rows = [
+        _Row(hf_prefix + hf, "bert/" + tf, ours_prefix + ours, shape(hs), shape(os_), layout, None)
+        for hf, tf, ours, hs, os_, layout in _MODEL_TABLE
+    ]
+    for i in range(config.num_layers):
+        layer = "layers" if config.scan_layers else f"layer_{i}"
+        ours_layer = f"{ours_prefix}encoder/{layer}"
+        rows += [
+            _Row(f"{hf_prefix}encoder.layer.{i}.{hf}", f"bert/encoder/layer_{i}/{tf}",
+                 f"{ours_layer}/{ours}", shape(hs), shape(os_), layout, i)
+            for hf, tf, ours, hs, os_, layout in _LAYER_TABLE
+        ]
+    if heads:
+        rows += [
+            _Row(hf, tf, ours, shape(hs), shape(os_), layout, None)
+            for hf, tf, ours, hs, os_, layout in _HEADS_TABLE
+        ]
+    return rows
+
+
+# ---- helpers -----------------------------------------------------------------------------------
+
+
+def _natural(name: str) -> list:
+    """Sort key putting layer.2 before layer.10."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def _listing(names, limit: int = 20) -> str:
+    names = sorted(names, key=_natural)
+    more = f" ... and {len(names) - limit} more" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def _to_numpy(value: Any) -> np.ndarray:
+    if hasattr(value, "detach"):  # a torch.Tensor, without importing torch
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":  # numpy has no bfloat16: go through float32
+            return value.float().numpy().astype(jnp.bfloat16)
+        return value.numpy()
+    return np.asarray(value)
+
+
+def _check_is_bert(given: Mapping[str, Any], expected: set[str], fmt: str) -> None:
+    if expected & set(given):
+        return
+    for family, fragment, converter in _OTHER_FAMILIES:
+        hits = [name for name in given if fragment in name]
+        if hits:
+            use = converter or "that family's converter"
+            raise ValueError(
+                f"{_FROM[fmt]}: this is not a BERT checkpoint: it looks like {family} "
+                f"(key {hits[0]!r}); use {use}"
+            )
+    example = ("bert.embeddings.word_embeddings.weight, encoder.layer.0.attention.self.query.weight"
+               if fmt == "hf" else
+               "bert/embeddings/word_embeddings, bert/encoder/layer_0/attention/self/query/kernel")
+    raise ValueError(
+        f"{_FROM[fmt]}: this is not a BERT checkpoint: none of its keys is a BERT parameter "
+        f"name (expected e.g. {example}); its keys: {_listing(given, 8) or '(none)'}"
+    )
+
+
+_FROM = {"hf": "params_from_hf", "tf": "params_from_tf_variables"}
+_TO = {"hf": "params_to_hf", "tf": "params_to_tf_variables"}
+
+
+def _hf_names(state_dict: Mapping[str, Any], heads: bool | None) -> tuple[dict, bool, str]:
+    """Normalises HF keys: (name -> value without buffers / tied copies, heads, prefix)."""
+    given = {}
+    for name, value in state_dict.items():
+        if _HF_BUFFERS.fullmatch(name):
+            continue
+        # Old HF files (pytorch-pretrained-bert) named LayerNorm's gain/shift gamma/beta.
+        name = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", name)
+        name = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name)
+        given[name] = value
+    has_heads = any(n.startswith("cls.") for n in given)
+    heads = has_heads if heads is None else heads
+    if not heads:  # BertModel wanted: a pretraining checkpoint's heads are left behind
+        given = {n: v for n, v in given.items() if not n.startswith("cls.")}
+    body = [n for n in given if not n.startswith("cls.")]
+    prefixed = [n for n in body if n.startswith("bert.")]
+    if prefixed and len(prefixed) != len(body):
+        bare = [n for n in body if not n.startswith("bert.")]
+        raise ValueError(
+            f"params_from_hf: the state dict mixes 'bert.'-prefixed names "
+            f"({_listing(prefixed, 3)}) with bare ones ({_listing(bare, 3)}); pass the state "
+            "dict of one model (BertForPreTraining or BertModel)"
+        )
+    # Like HF's loader, accept the encoder's names with or without 'bert.' in either model.
+    return given, heads, "bert." if prefixed else ""
+
+
+def _tf_names(variables: Mapping[str, Any], heads: bool | None) -> tuple[dict, bool]:
+    given = {
+        n.removesuffix(":0"): v for n, v in variables.items()
+        if not _TF_OPTIMIZER.fullmatch(n.removesuffix(":0"))
+    }
+    has_heads = any(n.startswith("cls/") for n in given)
+    heads = has_heads if heads is None else heads
+    if not heads:
+        given = {n: v for n, v in given.items() if not n.startswith("cls/")}
+    return given, heads
+
+
+def _load(given: Mapping[str, Any], rows: list[_Row], config: BertConfig,
+          fmt: str) -> dict[str, np.ndarray]:
+    """Flat {our path: array} from `given` (fmt names), with every key and shape checked."""
+    caller = _FROM[fmt]
+    expected = {row.name(fmt) for row in rows}
+    _check_is_bert(given, expected, fmt)
+    missing, unexpected = expected - set(given), set(given) - expected
+    if missing or unexpected:
+        lines = [f"{caller}: the checkpoint does not fit a {config.num_layers}-layer BERT"]
+        if missing:
+            lines.append(f"  missing keys: {_listing(missing)}")
+        if unexpected:
+            lines.append(f"  unexpected keys: {_listing(unexpected)}")
+        lines.append("  Build the config from the checkpoint's own with config_from_hf "
+                     "(heads=False loads the encoder without the pretraining heads).")
+        raise ValueError("\n".join(lines))
+
+    dtype = jnp.dtype(config.param_dtype)
+    flat: dict[str, Any] = {}
+    layers: dict[str, list[np.ndarray]] = {}
+    for row in rows:
+        name = row.name(fmt)
+        x = _to_numpy(given[name])
+        if x.shape != row.shape(fmt):
+            raise ValueError(
+                f"{caller}: {name!r} has shape {x.shape} but the config needs "
+                f"{row.shape(fmt)}; build the config with config_from_hf"
+            )
+        x = row.to_ours(x, fmt).astype(dtype)  # a copy: never aliases the caller's tensors
+        if config.scan_layers and row.layer is not None:
+            layers.setdefault(row.ours, []).append(x)
+        else:
+            flat[row.ours] = x
+    # Scanned: rows come in layer order, so stacking gives the leading layer axis.
+    flat.update({path: np.stack(parts) for path, parts in layers.items()})
+    return flat
+
+
+def params_from_hf(state_dict: Mapping[str, Any], config: BertConfig, *,
+                   heads: bool | None = None) -> dict[str, Any]:
+    """Our BERT params pytree from a Hugging Face BERT state dict.
+
+    Args:
+      state_dict: name -> numpy array or torch tensor, from BertForPreTraining ('bert.' and
+        'cls.' names, with the tied cls.predictions.decoder.* copies) or BertModel (bare or
+        'bert.'-prefixed names). position_ids / token_type_ids buffers are ignored.
+      config: the model to load into (e.g. from `config_from_hf`); its scan_layers picks the
+        unscanned (encoder/layer_{i}) or scanned (encoder/layers, leading layer axis) layout.
+      heads: True for BertForPreTraining's params (bert/, predictions/, seq_relationship/),
+        False for BertModel's (a pretraining checkpoint's heads are then dropped); None picks
+        True iff the state dict has 'cls.' keys.
+
+    Returns:
+      Nested dict of numpy arrays in config.param_dtype, to use as {"params": ...}.
+
+    Raises:
+      ValueError: not a BERT checkpoint, missing or unexpected keys, a shape that does not fit
+        `config`, or a decoder that is not tied to the word embeddings.
+    """
+    given, heads, prefix = _hf_names(state_dict, heads)
+    tied = {copy: given.pop(copy) for copy, _ in _HF_TIED if copy in given}
+    flat = _load(given, _rows(config, heads, prefix), config, "hf")
+    for copy, original in _HF_TIED:
+        if copy in tied:
+            original = original if original.startswith("cls.") else prefix + original
+            x, want = _to_numpy(tied[copy]), _to_numpy(given[original])
+            if x.shape != want.shape or not np.array_equal(x, want):
+                raise ValueError(
+                    f"params_from_hf: {copy!r} differs from {original!r}: the checkpoint has an "
+                    "untied MLM decoder, which BERT (decoder tied to the word embeddings) "
+                    "cannot represent"
+                )
+    return traverse_util.unflatten_dict(flat, sep="/")
+
+
+def params_from_tf_variables(variables: Mapping[str, Any], config: BertConfig, *,
+                             heads: bool | None = None) -> dict[str, Any]:
+    """Our BERT params pytree from a google-research/bert TensorFlow checkpoint's variables.
+
+    No TensorFlow here: the caller reads the checkpoint, e.g.
+    `{n: tf.train.load_variable(path, n) for n, _ in tf.train.list_variables(path)}`.
+
+    Args:
+      variables: TF variable name (bert/encoder/layer_0/attention/self/query/kernel, an
+        optional ':0' suffix allowed) -> array. Adam slots (.../adam_m, .../adam_v) and
+        global_step are ignored.
+      config: the model to load into (e.g. `config_from_hf` of the bert_config.json).
+      heads: as params_from_hf, keyed on 'cls/' variables.
+
+    Returns:
+      Nested dict of numpy arrays in config.param_dtype.
+
+    Raises:
+      ValueError: not a BERT checkpoint, missing or unexpected variables, or a shape that does
+        not fit `config`.
+    """
+    given, heads = _tf_names(variables, heads)
+    flat = _load(given, _rows(config, heads, "bert."), config, "tf")
+    return traverse_util.unflatten_dict(flat, sep="/")
+
+
+def _export(params: Mapping[str, Any], config: BertConfig, heads: bool | None, fmt: str,
+            hf_prefix: str = "") -> tuple[dict[str, np.ndarray], bool]:
+    caller = _TO[fmt]
+    params = nn.unbox(params)
+    if set(params) == {"params"}:
+        params = params["params"]
+    heads = "bert" in params if heads is None else heads
+    flat = {k: np.asarray(v) for k, v in traverse_util.flatten_dict(params, sep="/").items()}
+    rows = _rows(config, heads, "bert." if heads else hf_prefix)
+    expected = {row.ours for row in rows}
+    missing, unexpected = expected - set(flat), set(flat) - expected
+    if missing or unexpected:
+        layout = ("scanned (encoder/layers)" if config.scan_layers
+                  else "unscanned (encoder/layer_{i})")
+        model = "BertForPreTraining" if heads else "BertModel"
+        lines = [(
+            f"{caller}: the params do not fit the config (a {config.num_layers}-layer {model}, "
+            f"{layout}; is config.scan_layers right? is heads right?)"
+        )]
+        if missing:
+            lines.append(f"  missing params: {_listing(missing)}")
+        if unexpected:
+            lines.append(f"  unexpected params: {_listing(unexpected)}")
+        raise ValueError("\n".join(lines))
+
+    out = {}
+    for row in rows:
+        x = flat[row.ours]
+        stacked = config.scan_layers and row.layer is not None
+        want = ((config.num_layers,) if stacked else ()) + row.our_shape
+        if x.shape != want:
+            raise ValueError(
+                f"{caller}: param {row.ours!r} has shape {x.shape} but the config needs {want}"
+            )
+        out[row.name(fmt)] = row.from_ours(x[row.layer] if stacked else x, fmt)
+    return out, heads
+
+
+def params_to_hf(params: Mapping[str, Any], config: BertConfig, *, heads: bool | None = None,
+                 prefix: str = "") -> dict[str, np.ndarray]:
+    """A Hugging Face BERT state dict (numpy, nn.Linear (out, in) layout) from our params.
+
+    Args:
+      params: BertForPreTraining or BertModel params (boxed or not; a {"params": ...}
+        variables dict is unwrapped).
+      config: their config; scan_layers says which layout they are in.
+      heads: True writes BertForPreTraining's names ('bert.' + 'cls.', with the tied
+        cls.predictions.decoder.weight / .bias as copies, as HF's own state dict has them);
+        False BertModel's. None: True iff params has a 'bert' subtree.
+      prefix: without heads, '' (BertModel's own names) or 'bert.' (the names a task model
+        built on BertModel, e.g. BertForSequenceClassification, gives the encoder).
+
+    Returns:
+      HF name -> numpy array in the params' dtype, for `torch.from_numpy` + `load_state_dict`,
+      or `safetensors.numpy.save_file` beside a config.json from `config_to_hf`.
+
+    Raises:
+      ValueError: missing or unexpected params, or a shape that does not fit `config`.
+    """
+    if prefix not in ("", "bert."):
+        raise ValueError(f"params_to_hf: prefix={prefix!r}; use '' or 'bert.'")
+    out, heads = _export(params, config, heads, "hf", prefix)
+    if heads:
+        for copy, original in _HF_TIED:
+            original = original if original.startswith("cls.") else "bert." + original
+            out[copy] = out[original].copy()
+    return out
+
+
+def params_to_tf_variables(params: Mapping[str, Any], config: BertConfig, *,
+                           heads: bool | None = None) -> dict[str, np.ndarray]:
+    """google-research/bert variable name -> numpy array, from our params (heads as
+    params_to_hf); the inverse of params_from_tf_variables."""
+    return _export(params, config, heads, "tf")[0]

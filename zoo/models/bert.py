@@ -1,0 +1,322 @@
+"""BERT: a post-LN bidirectional Transformer encoder with masked-LM and next-sentence heads.
+
+Module and parameter names follow the BERT checkpoints (embeddings/{word,token_type,position}
+_embeddings, encoder layers, pooler/dense, predictions, seq_relationship) so Hugging Face and
+google-research/bert conversion (zoo.convert.bert) is a rename table plus reshapes.
+
+The masked-LM decoder is tied to the word embeddings and runs only at the `masked_positions`
+gathered from the sequence output: [B, P, V] logits, never [B, T, V] (with P ~ 0.15 T, the
+full-sequence vocabulary projection would be most of the head's FLOPs and memory for nothing).
+"""
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from zoo.nn import masks
+from zoo.nn.embeddings import Embed, LearnedPositionalEmbedding
+from zoo.nn.feedforward import get_activation
+from zoo.nn.linear import Dense
+from zoo.nn.normalization import LayerNorm
+from zoo.nn.transformer import TransformerEncoder
+
+_EMBED_AXES = ("act_batch", "act_len", "act_embed")
+
+
+@dataclasses.dataclass(frozen=True)
+class BertConfig:
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    dropout_rate: float = 0.1
+    attention_dropout_rate: float = 0.1
+    layer_norm_epsilon: float = 1e-12
+    backend: str = "einsum"
+    scan_layers: bool = False
+    remat: str = "none"
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+
+    def __post_init__(self):
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"BertConfig: hidden_size={self.hidden_size} is not divisible by "
+                f"num_heads={self.num_heads}"
+            )
+
+
+# (num_layers, num_heads, hidden_size), i.e. BERT's L, A, H; intermediate_size is 4 * H.
+# mini .. large are the google-research/bert release sizes; tiny is this repo's test size.
+SIZES: dict[str, tuple[int, int, int]] = {
+    "tiny": (2, 2, 64),
+    "mini": (4, 4, 256),
+    "small": (4, 8, 512),
+    "medium": (8, 8, 512),
+    "base": (12, 12, 768),
+    "large": (24, 16, 1024),
+}
+
+
+def config_for_size(size: str, **overrides: Any) -> BertConfig:
+    """The BertConfig of a named size; `overrides` (vocab_size at least) set the other fields."""
+    if size not in SIZES:
+        raise ValueError(
+            f"config.model.size: unknown BERT size {size!r}; choose from {list(SIZES)}"
+        )
+    layers, heads, hidden = SIZES[size]
+    kw = dict(num_layers=layers, num_heads=heads, hidden_size=hidden, intermediate_size=4 * hidden)
+    kw.update(overrides)
+    if "vocab_size" not in kw:
+        raise ValueError("config_for_size: pass vocab_size=... (the tokenizer's vocabulary size)")
+    return BertConfig(**kw)
+
+
+def flops_per_token(config: BertConfig, seq_len: int, num_predictions: int) -> float:
+    """Training FLOPs (forward + backward) per input token, for MFU and the dry run.
+
+    * 6N over the encoder's matmul weights, N = L (4 H^2 + 2 H F): q, k, v, out and the two
+      feed-forward matrices (forward 2N per token, backward 4N).
+    * Attention scores and the weighted sum of values: 2 * 2 * T * H per token per layer forward,
+      x3 with backward = 12 L T H. Bidirectional, so every query sees all T keys (not halved as
+      in a causal model).
+    * The MLM head (transform H x H + tied decoder H x V) runs only at the P predictions of each
+      T-token sequence: 6 (H^2 + H V) P / T per token.
+    Embedding lookups are gathers, not matmuls; the pooler and NSP layer run once per sequence
+    (6 (H^2 + 2H) / T per token, under 0.1% of the total at base size): both are left out.
+
+    Args:
+      config: the model.
+      seq_len: T, tokens per sequence.
+      num_predictions: P, masked positions predicted per sequence.
+    """
+    if seq_len < 1 or num_predictions < 0:
+        raise ValueError(
+            f"flops_per_token: need seq_len >= 1 and num_predictions >= 0, got {seq_len=}, "
+            f"{num_predictions=}"
+        )
+    h, layers = config.hidden_size, config.num_layers
+    encoder_weights = layers * (4 * h * h + 2 * h * config.intermediate_size)
+    attention = 3 * 2 * 2 * seq_len * h * layers
+    mlm_head = 6 * (h * h + h * config.vocab_size) * num_predictions / seq_len
+    return 6.0 * encoder_weights + attention + mlm_head
+
+
+def _dtypes(config: BertConfig) -> dict[str, Any]:
+    return dict(dtype=jnp.dtype(config.dtype), param_dtype=jnp.dtype(config.param_dtype))
+
+
+def attention_mask_4d(attention_mask: jnp.ndarray) -> jnp.ndarray:
+    """[B, T] bool/int token validity (1 = real token) -> bool [B, 1, T, T] padding mask.
+
+    Real tokens attend only to real tokens; padding queries attend nowhere (zero attention
+    output), so nothing at a padding position can reach a real one.
+    """
+    attention_mask = jnp.asarray(attention_mask)
+    if attention_mask.ndim != 2:
+        raise ValueError(
+            f"attention_mask must be [batch, len] (1 = real token, 0 = padding), got shape "
+            f"{attention_mask.shape}"
+        )
+    if attention_mask.dtype != jnp.bool_:
+        if not jnp.issubdtype(attention_mask.dtype, jnp.integer):
+            raise ValueError(
+                f"attention_mask must be bool or int (1 = real token, 0 = padding), got dtype "
+                f"{attention_mask.dtype}; additive float masks are not accepted"
+            )
+        attention_mask = attention_mask != 0
+    return masks.padding_mask(attention_mask)
+
+
+class BertEmbeddings(nn.Module):
+    """Word + segment + learned position embeddings, summed, then LayerNorm and dropout.
+
+    The same three tables as zoo.nn.TokenSegmentPositionEmbedding, held here as named
+    attributes so that `attend` (the tied MLM decoder) can reach the word table.
+    """
+
+    config: BertConfig
+
+    def setup(self):
+        cfg = self.config
+        kw = _dtypes(cfg)
+        self.word_embeddings = Embed(cfg.vocab_size, cfg.hidden_size, **kw)
+        # A 2-row table is not worth splitting over the tensor axis (see TokenSegmentPosition-
+        # Embedding).
+        self.token_type_embeddings = Embed(
+            cfg.type_vocab_size, cfg.hidden_size, axes=(None, "embed"), **kw
+        )
+        self.position_embeddings = LearnedPositionalEmbedding(
+            cfg.max_position_embeddings, cfg.hidden_size, **kw
+        )
+        self.norm = LayerNorm(epsilon=cfg.layer_norm_epsilon, **kw)
+        self.dropout = nn.Dropout(cfg.dropout_rate)
+
+    def __call__(self, input_ids, token_type_ids=None, positions=None, *, deterministic=True):
+        """input_ids [B, T] int; token_type_ids [B, T] (default 0); positions [B, T] or None."""
+        if token_type_ids is None:
+            token_type_ids = jnp.zeros_like(input_ids)
+        if token_type_ids.shape != input_ids.shape:
+            raise ValueError(
+                f"BertEmbeddings: token_type_ids shape {token_type_ids.shape} must equal "
+                f"input_ids shape {input_ids.shape}"
+            )
+        x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
+        x = self.position_embeddings(x, positions)  # (B, T, H)
+        x = self.dropout(self.norm(x), deterministic=deterministic)
+        return nn.with_logical_constraint(x, _EMBED_AXES)
+
+    def attend(self, x: jnp.ndarray) -> jnp.ndarray:
+        """Tied decoder: x [..., H] -> logits [..., V] against the word embedding table."""
+        return self.word_embeddings.attend(x)
+
+
+class BertPooler(nn.Module):
+    """tanh(dense(h_[CLS])): the sentence vector the NSP and classification heads read."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, sequence_output: jnp.ndarray) -> jnp.ndarray:
+        """sequence_output [B, T, H] -> pooled [B, H]."""
+        cls = sequence_output[:, 0]  # (B, H): the [CLS] token
+        dense = Dense(self.config.hidden_size, ("embed", "mlp"), name="dense",
+                      **_dtypes(self.config))
+        return jnp.tanh(dense(cls))
+
+
+class BertModel(nn.Module):
+    """The BERT encoder: embeddings, a post-LN TransformerEncoder ('gelu' = erf GELU), pooler."""
+
+    config: BertConfig
+
+    def setup(self):
+        cfg = self.config
+        self.embeddings = BertEmbeddings(cfg)
+        self.encoder = TransformerEncoder(
+            num_layers=cfg.num_layers,
+            num_heads=cfg.num_heads,
+            mlp_dim=cfg.intermediate_size,
+            activation="gelu",
+            dropout_rate=cfg.dropout_rate,
+            attention_dropout_rate=cfg.attention_dropout_rate,
+            layer_norm_epsilon=cfg.layer_norm_epsilon,
+            norm_position="post",
+            backend=cfg.backend,
+            scan_layers=cfg.scan_layers,
+            remat=cfg.remat,
+            **_dtypes(cfg),
+        )
+        self.pooler = BertPooler(cfg)
+
+    def __call__(self, input_ids, token_type_ids=None, attention_mask=None, positions=None, *,
+                 deterministic=True):
+        """Encodes a batch of (pairs of) sentences.
+
+        Args:
+          input_ids: word-piece ids [B, T] int.
+          token_type_ids: segment ids [B, T] (0 = sentence A, 1 = sentence B); None = all 0.
+          attention_mask: [B, T] bool or int, 1 = real token, 0 = padding; None = no padding.
+          positions: [B, T] int position ids; None = 0 .. T-1.
+          deterministic: no dropout when True (otherwise needs a 'dropout' rng).
+
+        Returns:
+          (sequence_output [B, T, H], pooled [B, H]), both in config.dtype. Outputs at padding
+          positions carry no meaning.
+        """
+        if input_ids.ndim != 2 or not jnp.issubdtype(input_ids.dtype, jnp.integer):
+            raise ValueError(
+                f"BertModel: input_ids must be int [batch, len], got {input_ids.dtype} "
+                f"{input_ids.shape}"
+            )
+        mask = None if attention_mask is None else attention_mask_4d(attention_mask)
+        if mask is not None and mask.shape[-1] != input_ids.shape[1]:
+            raise ValueError(
+                f"BertModel: attention_mask length {mask.shape[-1]} != input_ids length "
+                f"{input_ids.shape[1]}"
+            )
+        x = self.embeddings(input_ids, token_type_ids, positions, deterministic=deterministic)
+        x = self.encoder(x, mask, deterministic=deterministic)  # (B, T, H)
+        return x, self.pooler(x)
+
+    def attend(self, x: jnp.ndarray) -> jnp.ndarray:
+        """x [..., H] -> [..., V] through the (transposed) word embedding table."""
+        return self.embeddings.attend(x)
+
+
+def gather_positions(sequence_output: jnp.ndarray, positions: jnp.ndarray) -> jnp.ndarray:
+    """sequence_output [B, T, H] and positions [B, P] int -> the rows at those positions [B, P, H].
+
+    Out-of-range positions are clamped (they cannot raise under jit); callers pad P with 0 and
+    give those predictions weight 0.
+    """
+    if positions.ndim != 2 or not jnp.issubdtype(positions.dtype, jnp.integer):
+        raise ValueError(
+            f"masked_positions must be int [batch, num_predictions], got {positions.dtype} "
+            f"{positions.shape}"
+        )
+    return jnp.take_along_axis(sequence_output, positions[:, :, None], axis=1, mode="clip")
+
+
+class BertMLMHead(nn.Module):
+    """Masked-LM head at the masked positions only: transform (Dense, GELU, LayerNorm), then the
+    decoder tied to the word embeddings plus an output bias [V] (cls/predictions)."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, sequence_output: jnp.ndarray, masked_positions: jnp.ndarray,
+                 decoder: Callable[[jnp.ndarray], jnp.ndarray]) -> jnp.ndarray:
+        """sequence_output [B, T, H], masked_positions [B, P] int, decoder x -> x @ E^T
+        (BertModel.attend) -> logits [B, P, V] float32."""
+        cfg = self.config
+        kw = _dtypes(cfg)
+        h = gather_positions(sequence_output, masked_positions)  # (B, P, H)
+        h = Dense(cfg.hidden_size, ("embed", "mlp"), name="transform", **kw)(h)
+        h = get_activation("gelu")(h)
+        h = LayerNorm(epsilon=cfg.layer_norm_epsilon, name="transform_norm", **kw)(h)
+        bias = self.param(
+            "output_bias",
+            nn.with_logical_partitioning(nn.initializers.zeros_init(), ("vocab",)),
+            (cfg.vocab_size,),
+            kw["param_dtype"],
+        )
+        logits = decoder(h).astype(jnp.float32) + bias.astype(jnp.float32)  # (B, P, V)
+        return nn.with_logical_constraint(logits, ("act_batch", "act_len", "act_vocab"))
+
+
+class BertForPreTraining(nn.Module):
+    """BertModel with the masked-LM head (`predictions`) and the NSP head (`seq_relationship`)."""
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, input_ids, token_type_ids, attention_mask, masked_positions, *,
+                 deterministic=True):
+        """Pretraining logits.
+
+        Args:
+          input_ids, token_type_ids, attention_mask: as BertModel ([B, T] each; the last two
+            may be None).
+          masked_positions: [B, P] int, the positions whose tokens the MLM head predicts.
+          deterministic: no dropout when True.
+
+        Returns:
+          (mlm_logits [B, P, V], nsp_logits [B, 2]), float32; NSP class 0 = "B follows A".
+        """
+        bert = BertModel(self.config, name="bert")
+        sequence_output, pooled = bert(
+            input_ids, token_type_ids, attention_mask, deterministic=deterministic
+        )
+        mlm_logits = BertMLMHead(self.config, name="predictions")(
+            sequence_output, masked_positions, bert.attend
+        )
+        nsp_logits = Dense(2, ("embed", None), name="seq_relationship",
+                           **_dtypes(self.config))(pooled)  # (B, 2)
+        return mlm_logits, nsp_logits.astype(jnp.float32)
