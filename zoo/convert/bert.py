@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
+from zoo.convert.arrays import listing, to_numpy
 from zoo.models.bert import BertConfig
 
 # Shapes are symbols resolved from the config (`_dims`): V vocab, P positions, S segment types,
@@ -303,24 +304,7 @@ def _rows(config: BertConfig, heads: bool, hf_prefix: str) -> list[_Row]:
 # ---- helpers -----------------------------------------------------------------------------------
 
 
-def _natural(name: str) -> list:
-    """Sort key putting layer.2 before layer.10."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
-
-def _listing(names, limit: int = 20) -> str:
-    names = sorted(names, key=_natural)
-    more = f" ... and {len(names) - limit} more" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more
-
-
-def _to_numpy(value: Any) -> np.ndarray:
-    if hasattr(value, "detach"):  # a torch.Tensor, without importing torch
-        value = value.detach().cpu()
-        if str(value.dtype) == "torch.bfloat16":  # numpy has no bfloat16: go through float32
-            return value.float().numpy().astype(jnp.bfloat16)
-        return value.numpy()
-    return np.asarray(value)
 
 
 def _check_is_bert(given: Mapping[str, Any], expected: set[str], fmt: str) -> None:
@@ -339,7 +323,7 @@ def _check_is_bert(given: Mapping[str, Any], expected: set[str], fmt: str) -> No
                "bert/embeddings/word_embeddings, bert/encoder/layer_0/attention/self/query/kernel")
     raise ValueError(
         f"{_FROM[fmt]}: this is not a BERT checkpoint: none of its keys is a BERT parameter "
-        f"name (expected e.g. {example}); its keys: {_listing(given, 8) or '(none)'}"
+        f"name (expected e.g. {example}); its keys: {listing(given, 8) or '(none)'}"
     )
 
 
@@ -367,7 +351,7 @@ def _hf_names(state_dict: Mapping[str, Any], heads: bool | None) -> tuple[dict, 
         bare = [n for n in body if not n.startswith("bert.")]
         raise ValueError(
             f"params_from_hf: the state dict mixes 'bert.'-prefixed names "
-            f"({_listing(prefixed, 3)}) with bare ones ({_listing(bare, 3)}); pass the state "
+            f"({listing(prefixed, 3)}) with bare ones ({listing(bare, 3)}); pass the state "
             "dict of one model (BertForPreTraining or BertModel)"
         )
     # Like HF's loader, accept the encoder's names with or without 'bert.' in either model.
@@ -396,9 +380,9 @@ def _load(given: Mapping[str, Any], rows: list[_Row], config: BertConfig,
     if missing or unexpected:
         lines = [f"{caller}: the checkpoint does not fit a {config.num_layers}-layer BERT"]
         if missing:
-            lines.append(f"  missing keys: {_listing(missing)}")
+            lines.append(f"  missing keys: {listing(missing)}")
         if unexpected:
-            lines.append(f"  unexpected keys: {_listing(unexpected)}")
+            lines.append(f"  unexpected keys: {listing(unexpected)}")
         lines.append("  Build the config from the checkpoint's own with config_from_hf "
                      "(heads=False loads the encoder without the pretraining heads).")
         raise ValueError("\n".join(lines))
@@ -408,7 +392,7 @@ def _load(given: Mapping[str, Any], rows: list[_Row], config: BertConfig,
     layers: dict[str, list[np.ndarray]] = {}
     for row in rows:
         name = row.name(fmt)
-        x = _to_numpy(given[name])
+        x = to_numpy(given[name])
         if x.shape != row.shape(fmt):
             raise ValueError(
                 f"{caller}: {name!r} has shape {x.shape} but the config needs "
@@ -451,7 +435,7 @@ def params_from_hf(state_dict: Mapping[str, Any], config: BertConfig, *,
     for copy, original in _HF_TIED:
         if copy in tied:
             original = original if original.startswith("cls.") else prefix + original
-            x, want = _to_numpy(tied[copy]), _to_numpy(given[original])
+            x, want = to_numpy(tied[copy]), to_numpy(given[original])
             if x.shape != want.shape or not np.array_equal(x, want):
                 raise ValueError(
                     f"params_from_hf: {copy!r} differs from {original!r}: the checkpoint has an "
@@ -507,9 +491,9 @@ def _export(params: Mapping[str, Any], config: BertConfig, heads: bool | None, f
             f"{layout}; is config.scan_layers right? is heads right?)"
         )]
         if missing:
-            lines.append(f"  missing params: {_listing(missing)}")
+            lines.append(f"  missing params: {listing(missing)}")
         if unexpected:
-            lines.append(f"  unexpected params: {_listing(unexpected)}")
+            lines.append(f"  unexpected params: {listing(unexpected)}")
         raise ValueError("\n".join(lines))
 
     out = {}

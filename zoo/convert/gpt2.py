@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
+from zoo.convert.arrays import listing, to_numpy
 from zoo.models.gpt import GPTConfig
 
 # Shapes are written in symbols resolved from the config (`_dims`): V vocab, P positions, D model
@@ -229,24 +230,7 @@ def _join(parts: list[np.ndarray], row: _Row) -> np.ndarray:
     return np.concatenate([p.reshape(part_shape) for p in parts], axis=-1)
 
 
-def _natural(name: str) -> list:
-    """Sort key putting h.2 before h.10."""
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
 
-
-def _listing(names, limit: int = 20) -> str:
-    names = sorted(names, key=_natural)
-    more = f" ... and {len(names) - limit} more" if len(names) > limit else ""
-    return ", ".join(names[:limit]) + more
-
-
-def _to_numpy(value: Any) -> np.ndarray:
-    if hasattr(value, "detach"):  # a torch.Tensor, without importing torch
-        value = value.detach().cpu()
-        if str(value.dtype) == "torch.bfloat16":  # numpy has no bfloat16: go through float32
-            return value.float().numpy().astype(jnp.bfloat16)
-        return value.numpy()
-    return np.asarray(value)
 
 
 def _strip_prefix(names: list[str]) -> tuple[dict[str, str], str]:
@@ -257,7 +241,7 @@ def _strip_prefix(names: list[str]) -> tuple[dict[str, str], str]:
         bare = [n for n in body if not n.startswith(_HF_PREFIX)]
         raise ValueError(
             f"params_from_hf: the state dict mixes '{_HF_PREFIX}'-prefixed names "
-            f"({_listing(prefixed, 3)}) with bare ones ({_listing(bare, 3)}); pass the state "
+            f"({listing(prefixed, 3)}) with bare ones ({listing(bare, 3)}); pass the state "
             "dict of one model (GPT2LMHeadModel or GPT2Model)"
         )
     prefix = _HF_PREFIX if prefixed else ""
@@ -277,7 +261,7 @@ def _check_is_gpt2(bare: Mapping[str, str], expected: set[str]) -> None:
     raise ValueError(
         "params_from_hf: this is not a GPT-2 checkpoint: none of its keys is a GPT-2 parameter "
         f"name (expected e.g. wte.weight, h.0.attn.c_attn.weight); its keys: "
-        f"{_listing(bare.values(), 8) or '(none)'}"
+        f"{listing(bare.values(), 8) or '(none)'}"
     )
 
 
@@ -309,9 +293,9 @@ def params_from_hf(state_dict: Mapping[str, Any], config: GPTConfig) -> dict[str
     if missing or unexpected:
         lines = [f"params_from_hf: the state dict does not fit a {config.num_layers}-layer GPT-2"]
         if missing:
-            lines.append(f"  missing keys: {_listing(prefix + k for k in missing)}")
+            lines.append(f"  missing keys: {listing(prefix + k for k in missing)}")
         if unexpected:
-            lines.append(f"  unexpected keys: {_listing(bare[k] for k in unexpected)}")
+            lines.append(f"  unexpected keys: {listing(bare[k] for k in unexpected)}")
         lines.append("  Build the config from the checkpoint's own with config_from_hf.")
         raise ValueError("\n".join(lines))
 
@@ -319,7 +303,7 @@ def params_from_hf(state_dict: Mapping[str, Any], config: GPTConfig) -> dict[str
     flat: dict[str, Any] = {}
     layers: dict[str, list[np.ndarray]] = {}
     for row in rows:
-        x = _to_numpy(given[bare[row.hf]])
+        x = to_numpy(given[bare[row.hf]])
         if x.shape != row.hf_shape:
             raise ValueError(
                 f"params_from_hf: {bare[row.hf]!r} has shape {x.shape} but the config needs "
@@ -335,7 +319,7 @@ def params_from_hf(state_dict: Mapping[str, Any], config: GPTConfig) -> dict[str
     flat.update({path: np.stack(parts) for path, parts in layers.items()})
 
     if _LM_HEAD in given:
-        head, wte = _to_numpy(given[_LM_HEAD]), flat["wte/embedding"]
+        head, wte = to_numpy(given[_LM_HEAD]), flat["wte/embedding"]
         if head.shape != wte.shape or not np.array_equal(head.astype(dtype), wte):
             raise ValueError(
                 f"params_from_hf: {_LM_HEAD!r} differs from wte.weight: the checkpoint has an "
@@ -377,9 +361,9 @@ def params_to_hf(params: Mapping[str, Any], config: GPTConfig, *,
         )
         lines = [header]
         if missing:
-            lines.append(f"  missing params: {_listing(missing)}")
+            lines.append(f"  missing params: {listing(missing)}")
         if unexpected:
-            lines.append(f"  unexpected params: {_listing(unexpected)}")
+            lines.append(f"  unexpected params: {listing(unexpected)}")
         raise ValueError("\n".join(lines))
 
     out = {}
