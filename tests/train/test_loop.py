@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 
+from configs import bert_pretrain as bert_pretrain_config
 from configs import gpt as gpt_config
 from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer
@@ -29,21 +30,33 @@ def _train(config, workdir, devices, batches):
     return setup, state, losses
 
 
-@pytest.fixture(scope="module")
-def single_device_run(tmp_path_factory):
-    config = gpt_config.get_config("size=tiny")
-    config.data.update(seq_len=16, batch_size=8, eval_batch_size=8, vocab_size=128)
+def _small_config(job):
+    if job == "gpt":
+        config = gpt_config.get_config("size=tiny")
+        config.data.update(seq_len=16, batch_size=8, eval_batch_size=8, vocab_size=128)
+    else:  # BERT pretraining: MLM + NSP on the synthetic corpus
+        config = bert_pretrain_config.get_config("size=tiny")
+        config.data.update(seq_len=32, max_predictions_per_seq=5, batch_size=8,
+                           eval_batch_size=8, vocab_size=256, synthetic_entities=100,
+                           dupe_factor=1)
     # SGD, not Adam: Adam's m/sqrt(v) turns float-rounding-sized gradient differences between
     # layouts into full-size updates of opposite sign, which would hide real agreement.
     config.optim.update(name="sgd", learning_rate=0.5, warmup_steps=1)
-    workdir = str(tmp_path_factory.mktemp("single"))
+    return config
+
+
+@pytest.fixture(scope="module", params=["gpt", "bert"])
+def single_device_run(request, tmp_path_factory):
+    config = _small_config(request.param)
+    workdir = str(tmp_path_factory.mktemp(request.param))
     setup = loop.build(config, workdir, devices=jax.devices()[:1])
     batches = _batches(setup, 3)
     _, state, losses = _train(config, workdir, jax.devices()[:1], batches)
     return config, workdir, batches, jax.device_get(state.params), losses
 
 
-@pytest.mark.parametrize("data,fsdp,tensor", [(8, 1, 1), (1, 8, 1), (1, 1, 4), (2, 2, 2)])
+# Tensor parallelism must divide the heads: tiny BERT has 2, so the tensor-only layout is 2-way.
+@pytest.mark.parametrize("data,fsdp,tensor", [(8, 1, 1), (1, 8, 1), (1, 1, 2), (2, 2, 2)])
 def test_sharded_train_steps_equal_single_device(single_device_run, data, fsdp, tensor):
     config, workdir, batches, params, losses = single_device_run
     config = config.copy_and_resolve_references()

@@ -276,3 +276,18 @@ def load_tokenizer(path: str, lowercase: bool = True) -> Tokenizer:
         f"tokenizer {path}: cannot tell its kind from the name; give a SentencePiece .model "
         "file or a WordPiece vocab.txt"
     )
+
+
+def from_config(data, directory: str, train_documents) -> "Tokenizer":
+    """The tokenizer a job's config.data names: `tokenizer` (a .model or vocab.txt; `lowercase`
+    for WordPiece), else a SentencePiece model trained on the train documents and cached in
+    `directory`, named by its settings so a resumed run (or another phase sharing the
+    directory) reuses it and never retrains."""
+    if data.tokenizer:
+        return load_tokenizer(data.tokenizer, lowercase=data.get("lowercase", True))
+    name = f"spm-{data.tokenizer_type}-{data.vocab_size}.model"
+    return load_or_train(
+        os.path.join(directory, name),
+        lambda: (sentence for doc in train_documents for sentence in doc),
+        vocab_size=data.vocab_size, model_type=data.tokenizer_type,
+    )

@@ -12,7 +12,6 @@ import jax.numpy as jnp
 
 from zoo.nn import masks
 from zoo.nn.embeddings import Embed, LearnedPositionalEmbedding
-from zoo.nn.normalization import LayerNorm
 from zoo.nn.transformer import TransformerDecoder
 
 

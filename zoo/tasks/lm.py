@@ -9,7 +9,7 @@ import ml_collections
 import numpy as np
 
 from zoo import decoding
-from zoo.data import lm_pipeline
+from zoo.data import lm_pipeline, tokenizers
 from zoo.data.tokenizers import BOS_ID
 from zoo.models import gpt
 from zoo.tasks.base import Batch, Task
@@ -22,7 +22,7 @@ class LanguageModelTask(Task):
         super().__init__(config, workdir)
         data = config.data
         train_docs, eval_docs = lm_pipeline.load_splits(data)
-        self.tokenizer = lm_pipeline.build_tokenizer(data, workdir, train_docs)
+        self.tokenizer = tokenizers.from_config(data, workdir, train_docs)
         self.train_rows = lm_pipeline.packed_rows(self.tokenizer, train_docs, data.seq_len)
         self.eval_rows = lm_pipeline.packed_rows(self.tokenizer, eval_docs, data.seq_len)
         model_kw = {k: v for k, v in config.model.to_dict().items() if k != "size"}

@@ -1,0 +1,83 @@
+"""BERT pretraining (MLM + NSP).
+
+    python train.py --config=configs/bert_pretrain.py:size=tiny --workdir=DIR   # offline demo
+    python train.py --config=configs/bert_pretrain.py:size=base,phase=1 --workdir=P1 ...
+    python train.py --config=configs/bert_pretrain.py:size=base,phase=2 --workdir=P2 \\
+        --config.train.init_from=P1 ...
+
+Variants: size = tiny | mini | small | medium | base | large; phase = 1 (sequence length 128,
+20 predictions) | 2 (512, 80: started from the phase-1 params with --config.train.init_from);
+optimizer = adamw (the BERT paper: batch 256, lr 1e-4, 1M steps split 90%/10%) | lamb (You et
+al. 2019 as NVIDIA's recipe runs it: batch 64k then 32k, lr 6e-3 then 4e-3, 7,038 + 1,563
+steps, warmup 28.43% then 12.8%). Prepared examples are cached under config.data.cache_dir
+(keyed by every setting), so a rerun, a resume or the other phase never regenerates data it
+has already prepared; point both phases at one cache_dir to share the tokenizer.
+"""
+
+import ml_collections
+
+from configs import common
+from zoo.train.optim import default_optim_config
+
+# phase -> (seq_len, max_predictions_per_seq)
+_PHASES = {1: (128, 20), 2: (512, 80)}
+# (optimizer, phase) -> (global batch, peak lr, steps, warmup steps)
+_RECIPES = {
+    ("adamw", 1): (256, 1e-4, 900_000, 10_000),
+    ("adamw", 2): (256, 1e-4, 100_000, 1_000),
+    ("lamb", 1): (65_536, 6e-3, 7_038, 2_000),
+    ("lamb", 2): (32_768, 4e-3, 1_563, 200),
+}
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    variant = common.parse_arg(arg, size="tiny", phase=1, optimizer="adamw")
+    if variant.phase not in _PHASES:
+        raise ValueError(f"config variant phase={variant.phase} must be 1 or 2")
+    if variant.optimizer not in ("adamw", "lamb"):
+        raise ValueError(f"config variant optimizer={variant.optimizer!r} must be adamw or lamb")
+    tiny = variant.size == "tiny"
+    seq_len, predictions = _PHASES[variant.phase]
+    batch, lr, num_steps, warmup = _RECIPES[(variant.optimizer, variant.phase)]
+    if tiny:  # the offline CPU demo on the synthetic corpus
+        seq_len, predictions = (64, 10) if variant.phase == 1 else (128, 20)
+        batch, lr, num_steps, warmup = 32, 2e-3, 1000, 60
+
+    config = ml_collections.ConfigDict()
+    config.task = "mlm_nsp"
+    config.model = dict(
+        size=variant.size, max_position_embeddings=128 if tiny else 512,
+        dropout_rate=0.0 if tiny else 0.1, attention_dropout_rate=0.0 if tiny else 0.1,
+        backend="einsum", scan_layers=not tiny, remat="none",
+        dtype="float32" if tiny else "bfloat16", param_dtype="float32",
+    )
+    config.data = dict(
+        common.source_config(),
+        # 2,000 entities (~1,600 train documents): 500 is too few, tiny BERT overfits NSP
+        synthetic_entities=2000,
+        lowercase=True,  # WordPiece vocab.txt only: uncased BERT
+        vocab_size=2048 if tiny else 30522,
+        cache_dir="",  # '' = <workdir>/data; share one between phases
+        num_shards=1 if tiny else 64,
+        seq_len=seq_len,
+        max_predictions_per_seq=predictions,
+        masked_lm_prob=0.15,
+        short_seq_prob=0.1,
+        dupe_factor=5,  # passes over the corpus with new sentence pairs (and static masks)
+        whole_word_masking=False,
+        dynamic_masking=tiny,  # fresh masks every epoch, drawn from (seed, epoch, index)
+        batch_size=batch,
+        eval_batch_size=32 if tiny else 256,
+    )
+    steps = ml_collections.FieldReference(num_steps)
+    config.optim = default_optim_config()
+    config.optim.update(name=variant.optimizer, learning_rate=lr, warmup_steps=warmup,
+                        decay="linear", b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.01,
+                        clip_norm=1.0)
+    config.optim.total_steps = steps
+    config.train = common.train_config(steps)
+    config.train.update(eval_every=200 if tiny else 10_000,
+                        checkpoint_every=200 if tiny else 10_000, best_metric="mlm_loss",
+                        log_every=50 if tiny else 100)
+    config.mesh = common.mesh_config()
+    return config

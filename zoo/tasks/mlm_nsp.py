@@ -1,0 +1,137 @@
+"""BERT pretraining: masked language modelling + next-sentence prediction (BERT paper, seed 001).
+
+The objective is BERT's: mean MLM loss over the masked positions + mean NSP loss over the
+examples. As a ratio of sums (what the train step divides) it is
+    (mlm_sum + nsp_sum * mlm_tokens / examples) / mlm_tokens,
+exact for a whole batch; with gradient accumulation the NSP weight uses each micro-batch's
+token/example ratio.
+"""
+
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from zoo.data import pretraining, sources, tokenizers
+from zoo.models import bert
+from zoo.tasks.base import Batch, Task
+from zoo.train import dry_run
+from zoo.train.losses import cross_entropy_sums
+
+
+def _cache_dir(data: ml_collections.ConfigDict, workdir: str) -> str:
+    return os.path.expanduser(data.cache_dir) if data.cache_dir else os.path.join(workdir, "data")
+
+
+class PretrainingTask(Task):
+    def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+        super().__init__(config, workdir)
+        data = config.data
+        cache_dir = _cache_dir(data, workdir)
+        train_docs = sources.load_documents(data, "train")
+        eval_docs = sources.load_documents(data, "validation")
+        # Cached beside the prepared data, so phases sharing cache_dir share the tokenizer.
+        self.tokenizer = tokenizers.from_config(data, cache_dir, train_docs)
+        settings = pretraining.Settings(
+            max_seq_length=data.seq_len,
+            max_predictions_per_seq=data.max_predictions_per_seq,
+            masked_lm_prob=data.masked_lm_prob,
+            short_seq_prob=data.short_seq_prob,
+            dupe_factor=data.dupe_factor,
+            whole_word=data.whole_word_masking,
+            dynamic_masking=data.dynamic_masking,
+            seed=data.seed,
+        )
+        self.train_source = pretraining.prepare(
+            train_docs, self.tokenizer, cache_dir, "train", settings,
+            num_shards=data.num_shards, source=f"config.data.source={data.source!r} (train)")
+        # A fixed held-out set: one pass, masks drawn once.
+        eval_settings = pretraining.Settings(**{**settings.__dict__, "dupe_factor": 1,
+                                                "dynamic_masking": False})
+        self.eval_source = pretraining.prepare(
+            eval_docs, self.tokenizer, cache_dir, "validation", eval_settings,
+            source=f"config.data.source={data.source!r} (validation)")
+        model_kw = {k: v for k, v in config.model.to_dict().items() if k != "size"}
+        self.model_config = bert.config_for_size(
+            config.model.size, vocab_size=self.tokenizer.vocab_size,
+            max_position_embeddings=max(data.seq_len, model_kw.pop("max_position_embeddings")),
+            **model_kw,
+        )
+        self.model = bert.BertForPreTraining(self.model_config)
+
+    def init_batch(self) -> Batch:
+        # The eval source is always statically masked, so its rows carry every feature (a
+        # dynamically masked train row gets its masked-LM fields only when batched).
+        row = self.eval_source[0]
+        return {k: np.zeros((self.config.data.batch_size,) + v.shape, v.dtype)
+                for k, v in row.items()}
+
+    def model_inputs(self, batch: Batch) -> dict:
+        return dict(input_ids=batch["input_ids"], token_type_ids=batch["token_type_ids"],
+                    attention_mask=batch["attention_mask"],
+                    masked_positions=batch["masked_lm_positions"])
+
+    def loss_fn(self, params, batch, rng, train: bool):
+        mlm_logits, nsp_logits = self.model.apply(
+            {"params": params}, **self.model_inputs(batch), deterministic=not train,
+            rngs={"dropout": rng},
+        )
+        mlm = cross_entropy_sums(mlm_logits, batch["masked_lm_ids"], batch["masked_lm_weights"])
+        nsp = cross_entropy_sums(nsp_logits, batch["next_sentence_labels"],
+                                 batch["example_weight"])
+        tokens_per_example = jax.lax.stop_gradient(
+            mlm["weight_sum"] / jnp.maximum(nsp["weight_sum"], 1.0))
+        sums = {"loss_sum": mlm["loss_sum"] + nsp["loss_sum"] * tokens_per_example,
+                "weight_sum": mlm["weight_sum"]}
+        sums.update({f"mlm_{k}": v for k, v in mlm.items() if k != "nll_sum"})
+        sums.update({f"nsp_{k}": v for k, v in nsp.items() if k != "nll_sum"})
+        return sums
+
+    def summarize(self, sums):
+        mlm_w, nsp_w = max(sums["mlm_weight_sum"], 1.0), max(sums["nsp_weight_sum"], 1.0)
+        mlm_loss, nsp_loss = sums["mlm_loss_sum"] / mlm_w, sums["nsp_loss_sum"] / nsp_w
+        return {
+            "loss": mlm_loss + nsp_loss,
+            "mlm_loss": mlm_loss,
+            "mlm_accuracy": sums["mlm_correct_sum"] / mlm_w,
+            "mlm_perplexity": math.exp(min(mlm_loss, 50.0)),
+            "nsp_loss": nsp_loss,
+            "nsp_accuracy": sums["nsp_correct_sum"] / nsp_w,
+            "tokens": sums["mlm_weight_sum"],
+        }
+
+    def train_batches(self, process_index: int, process_count: int):
+        return pretraining.train_iterator(
+            self.train_source, self.config.data.batch_size, self.config.data.seed,
+            process_index, process_count)
+
+    def eval_batches(self, process_index: int, process_count: int):
+        return pretraining.eval_batches(
+            self.eval_source, self.config.data.eval_batch_size, process_index, process_count)
+
+    def flops_per_token(self) -> float:
+        return bert.flops_per_token(self.model_config, self.config.data.seq_len,
+                                    self.config.data.max_predictions_per_seq)
+
+    def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
+        cfg = self.model_config
+        stack = dry_run.transformer_activation_bytes(
+            per_device_batch, self.config.data.seq_len, cfg.hidden_size, cfg.num_heads,
+            cfg.num_layers, cfg.intermediate_size, jnp.dtype(cfg.dtype).itemsize, cfg.remat,
+            tensor_parallel)
+        predictions = per_device_batch * self.config.data.max_predictions_per_seq
+        return stack + 2 * predictions * cfg.vocab_size * 4 / tensor_parallel
+
+    def baselines(self) -> dict[str, float]:
+        """Accuracy of always answering the most frequent label of the eval set: what a model
+        that learned nothing about context would score."""
+        rows = [self.eval_source[i] for i in range(len(self.eval_source))]
+        nsp = np.asarray([r["next_sentence_labels"] for r in rows])
+        mlm = np.concatenate([r["masked_lm_ids"][r["masked_lm_weights"] > 0] for r in rows])
+        return {
+            "nsp_majority_accuracy": float(max(np.mean(nsp == 0), np.mean(nsp == 1))),
+            "mlm_majority_accuracy": float(np.bincount(mlm).max() / len(mlm)),
+        }
