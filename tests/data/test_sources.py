@@ -280,6 +280,20 @@ def test_text_source_reads_globbed_files_in_sorted_order(tmp_path):
     assert sources.load_documents(cfg, "test") == [["Ünïcode eval."]]
 
 
+def test_text_source_reads_directories_of_files(tmp_path):
+    corpus = tmp_path / "wiki"
+    (corpus / "AA").mkdir(parents=True)
+    (corpus / ".cache").mkdir()
+    synthetic.write_text_corpus(corpus / "AA" / "wiki_01", [["Second file."]])
+    synthetic.write_text_corpus(corpus / "AA" / "wiki_00", [["First file.", "Still first."]])
+    synthetic.write_text_corpus(corpus / "top.txt", [["Top level."]])
+    (corpus / ".cache" / "junk").write_bytes(b"\xff\xfe not text")  # hidden: never read
+    (corpus / ".hidden.txt").write_bytes(b"\xff")
+    cfg = _cfg(source="text", train_files=str(corpus), eval_files=str(corpus / "top.txt"))
+    assert sources.load_documents(cfg, "train") == [
+        ["First file.", "Still first."], ["Second file."], ["Top level."]]
+
+
 @pytest.mark.parametrize("split, key", [("train", "config.data.train_files"),
                                         ("test", "config.data.eval_files")])
 def test_text_source_without_files_names_the_config_key(tmp_path, split, key):

@@ -6,6 +6,7 @@ sentence-pair creation start from.
 
 import functools
 import glob
+import os
 
 import ml_collections
 
@@ -22,14 +23,23 @@ def _synthetic_splits(seed: int, num_entities: int) -> dict[str, Documents]:
 
 
 def expand_files(patterns: str, key: str) -> list[str]:
-    """Comma-separated globs -> sorted file list; an error naming the config key if empty."""
-    files = sorted({f for p in patterns.split(",") if p.strip() for f in glob.glob(p.strip())})
+    """Comma-separated files, globs or directories -> sorted file list (a directory stands for
+    every file below it, hidden ones excepted); an error naming the config key if empty."""
+    files = set()
+    for pattern in filter(None, (p.strip() for p in patterns.split(","))):
+        for path in glob.glob(pattern):
+            if not os.path.isdir(path):
+                files.add(path)
+                continue
+            for directory, subdirs, names in os.walk(path):
+                subdirs[:] = [d for d in subdirs if not d.startswith(".")]
+                files.update(os.path.join(directory, n) for n in names if not n.startswith("."))
     if not files:
         raise FileNotFoundError(
-            f"{key}={patterns!r} matches no files; give comma-separated paths or globs of "
-            "text files (one sentence per line, a blank line between documents)"
+            f"{key}={patterns!r} matches no files; give comma-separated paths, globs or "
+            "directories of text files (one sentence per line, a blank line between documents)"
         )
-    return files
+    return sorted(files)
 
 
 def load_documents(cfg: ml_collections.ConfigDict, split: str) -> Documents:
