@@ -1,15 +1,17 @@
 """Hugging Face and google-research/bert <-> zoo BERT (zoo.models.bert): configs and parameters.
 
 Three layouts of the same tensors, one table. Each row names a tensor in Hugging Face
-(BertForPreTraining / BertModel state dicts), in the google-research/bert TensorFlow checkpoint
-and in our params, with its HF shape, our shape and how the two are laid out:
+(BertModel, BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification state
+dicts), in the google-research/bert TensorFlow checkpoint (run_pretraining.py, run_squad.py,
+run_classifier.py) and in our params, with its HF shape, our shape and how the two are laid out:
 
 * 'same': identical up to a C-order reshape (embeddings, LayerNorms, biases; a q/k/v bias of
   D = H*K values becomes our (H, K), column h*K + k belonging to head h as in HF's head split).
 * 'linear': an nn.Linear. HF stores (out, in), TF's `kernel` and ours (in, out) (ours with the
   in/out axes further split into heads: q/k/v (D, H, K), the attention output (H, K, D)).
-* 'output_weights': the NSP layer, which google-research/bert stores as `output_weights`
-  (2, H), the (out, in) orientation of HF, transposed against our (H, 2) kernel.
+* 'output_weights': the NSP, SQuAD and classifier layers, which google-research/bert stores
+  as `output_weights` (out, H), the (out, in) orientation of HF, transposed against our
+  (H, out) kernel.
 
 LayerNorm gain/shift are `weight`/`bias` in HF (`gamma`/`beta` in old HF files, accepted),
 `gamma`/`beta` in TF, `scale`/`bias` ours. Our encoder layers live under encoder/layer_{i}/
@@ -18,6 +20,14 @@ LayerNorm gain/shift are `weight`/`bias` in HF (`gamma`/`beta` in old HF files, 
 The MLM decoder is tied to the word embeddings in all three: HF's state dict repeats it as
 `cls.predictions.decoder.weight` (and the output bias as `cls.predictions.decoder.bias`); both
 are accepted when equal to what they repeat and written back as copies.
+
+Heads (the `heads` argument): 'pretraining' (True; HF cls.*, TF cls/predictions,
+cls/seq_relationship), 'question_answering' (HF qa_outputs.*, TF cls/squad/*) or
+'sequence_classification' (HF classifier.*, TF the root output_weights / output_bias, with
+num_labels rows); False means BertModel. Head models hold the encoder under bert/ in our params.
+HF's BertForQuestionAnswering has no pooler (add_pooling_layer=False) while ours computes one
+(its params are BertModel's): importing such a checkpoint fills the pooler with zeros (the span
+head never reads it) and exporting one leaves the pooler out.
 
 Example:
   hf_model = transformers.BertForPreTraining.from_pretrained(path)
@@ -87,7 +97,7 @@ _LAYER_TABLE = tuple(
     ("output.LayerNorm.bias", "output/LayerNorm/beta", "mlp_norm/bias", "D", "D", "same"),
 )
 # Pretraining heads: HF under cls., TF under cls/, ours at BertForPreTraining's root.
-_HEADS_TABLE = (
+_PRETRAINING_TABLE = (
     ("cls.predictions.transform.dense.weight", "cls/predictions/transform/dense/kernel",
      "predictions/transform/kernel", "D D", "D D", "linear"),
     ("cls.predictions.transform.dense.bias", "cls/predictions/transform/dense/bias",
@@ -103,6 +113,43 @@ _HEADS_TABLE = (
     ("cls.seq_relationship.bias", "cls/seq_relationship/output_bias", "seq_relationship/bias",
      "2", "2", "same"),
 )
+# The SQuAD span head: HF's BertForQuestionAnswering, TF's run_squad.py.
+_QA_TABLE = (
+    ("qa_outputs.weight", "cls/squad/output_weights", "qa_outputs/kernel", "2 D", "D 2",
+     "output_weights"),
+    ("qa_outputs.bias", "cls/squad/output_bias", "qa_outputs/bias", "2", "2", "same"),
+)
+# The sentence classifier: HF's BertForSequenceClassification, TF's run_classifier.py. N is
+# num_labels.
+_CLASSIFIER_TABLE = (
+    ("classifier.weight", "output_weights", "classifier/kernel", "N D", "D N", "output_weights"),
+    ("classifier.bias", "output_bias", "classifier/bias", "N", "N", "same"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Head:
+    table: tuple
+    hf_names: re.Pattern  # which HF / TF names belong to this head
+    tf_names: re.Pattern
+    roots: tuple[str, ...]  # its subtrees at the root of our params
+    model: str  # the model class (ours and HF's) that has it
+
+
+_HEADS = {
+    "pretraining": _Head(_PRETRAINING_TABLE, re.compile(r"cls\..*"),
+                         re.compile(r"cls/(predictions|seq_relationship)/.*"),
+                         ("predictions", "seq_relationship"), "BertForPreTraining"),
+    "question_answering": _Head(_QA_TABLE, re.compile(r"qa_outputs\..*"),
+                                re.compile(r"cls/squad/.*"), ("qa_outputs",),
+                                "BertForQuestionAnswering"),
+    "sequence_classification": _Head(_CLASSIFIER_TABLE, re.compile(r"classifier\..*"),
+                                     re.compile(r"output_(weights|bias)"), ("classifier",),
+                                     "BertForSequenceClassification"),
+}
+HEADS = tuple(_HEADS)
+# HF's BertForQuestionAnswering is built without the pooler (see the module docstring).
+_HF_QA_ABSENT = ("pooler.dense.weight", "pooler.dense.bias")
 
 # HF's copies of tied tensors: (the copy, the HF name it must equal, less any 'bert.' prefix).
 _HF_TIED = (
@@ -192,14 +239,27 @@ def config_from_hf(hf_config: Mapping[str, Any] | Any, **overrides: Any) -> Bert
     return BertConfig(**kw)
 
 
-def config_to_hf(config: BertConfig, **extra: Any) -> dict[str, Any]:
+def num_labels_from_hf(hf_config: Mapping[str, Any] | Any) -> int:
+    """The classes of a BertForSequenceClassification config: len(id2label), else num_labels,
+    else HF's default of 2."""
+    hf = dict(hf_config.to_dict() if hasattr(hf_config, "to_dict") else hf_config)
+    if hf.get("id2label"):
+        return len(hf["id2label"])
+    return int(hf.get("num_labels", 2))
+
+
+def config_to_hf(config: BertConfig, *, num_labels: int | None = None,
+                 **extra: Any) -> dict[str, Any]:
     """The Hugging Face BERT config dict (for `transformers.BertConfig(**d)`) of `config`.
 
     Its fields are a superset of google-research's bert_config.json.
 
     Args:
       config: our model config.
-      **extra: more HF fields, e.g. pad_token_id from the tokenizer (HF's default is 0).
+      num_labels: for BertForSequenceClassification: writes id2label / label2id with HF's
+        default names LABEL_0 .. (pass id2label= in `extra` for real names).
+      **extra: more HF fields, e.g. pad_token_id from the tokenizer (HF's default is 0), or
+        architectures=["BertForQuestionAnswering"].
     """
     hf = dict(
         model_type="bert",
@@ -221,6 +281,11 @@ def config_to_hf(config: BertConfig, **extra: Any) -> dict[str, Any]:
         tie_word_embeddings=True,
         dtype=config.param_dtype,
     )
+    if num_labels is not None:
+        if num_labels < 1:
+            raise ValueError(f"config_to_hf: num_labels must be >= 1, got {num_labels}")
+        hf["id2label"] = {str(i): f"LABEL_{i}" for i in range(num_labels)}
+        hf["label2id"] = {f"LABEL_{i}": i for i in range(num_labels)}
     hf.update(extra)
     return hf
 
@@ -262,25 +327,28 @@ class _Row:
         return x.reshape(shape).copy()
 
 
-def _dims(config: BertConfig) -> dict[str, int]:
+def _dims(config: BertConfig, num_labels: int) -> dict[str, int]:
     d = config.hidden_size
     return dict(
         V=config.vocab_size, P=config.max_position_embeddings, S=config.type_vocab_size, D=d,
-        H=config.num_heads, K=d // config.num_heads, F=config.intermediate_size, **{"2": 2},
+        H=config.num_heads, K=d // config.num_heads, F=config.intermediate_size, N=num_labels,
+        **{"2": 2},
     )
 
 
-def _rows(config: BertConfig, heads: bool, hf_prefix: str) -> list[_Row]:
+def _rows(config: BertConfig, heads: str, hf_prefix: str,
+          num_labels: int = 2) -> list[_Row]:
     """The tables instantiated for `config`: concrete names, paths and shapes.
 
-    hf_prefix is '' or 'bert.' for the BertModel tensors' HF names.
+    heads is a key of _HEADS or 'none' (BertModel); hf_prefix is '' or 'bert.' for the BertModel
+    tensors' HF names; num_labels sizes the classifier rows.
     """
-    dims = _dims(config)
+    dims = _dims(config, num_labels)
 
     def shape(spec):
         return tuple(dims[s] for s in spec.split())
 
-    ours_prefix = "bert/" if heads else ""
+    ours_prefix = "" if heads == "none" else "bert/"
     rows = [
         _Row(hf_prefix + hf, "bert/" + tf, ours_prefix + ours, shape(hs), shape(os_), layout, None)
         for hf, tf, ours, hs, os_, layout in _MODEL_TABLE
@@ -293,10 +361,10 @@ def _rows(config: BertConfig, heads: bool, hf_prefix: str) -> list[_Row]:
                  f"{ours_layer}/{ours}", shape(hs), shape(os_), layout, i)
             for hf, tf, ours, hs, os_, layout in _LAYER_TABLE
         ]
-    if heads:
+    if heads != "none":
         rows += [
             _Row(hf, tf, ours, shape(hs), shape(os_), layout, None)
-            for hf, tf, ours, hs, os_, layout in _HEADS_TABLE
+            for hf, tf, ours, hs, os_, layout in _HEADS[heads].table
         ]
     return rows
 
@@ -329,10 +397,46 @@ def _check_is_bert(given: Mapping[str, Any], expected: set[str], fmt: str) -> No
 
 _FROM = {"hf": "params_from_hf", "tf": "params_from_tf_variables"}
 _TO = {"hf": "params_to_hf", "tf": "params_to_tf_variables"}
+# What each head kind builds; "none" is BertModel (the encoder alone, at the params' root).
+_MODELS = {"none": "BertModel", **{kind: head.model for kind, head in _HEADS.items()}}
 
 
-def _hf_names(state_dict: Mapping[str, Any], heads: bool | None) -> tuple[dict, bool, str]:
-    """Normalises HF keys: (name -> value without buffers / tied copies, heads, prefix)."""
+def _head_kind(heads: bool | str | None, caller: str) -> str | None:
+    """The `heads` argument as a key of _MODELS, or None to detect it."""
+    if heads is None or heads in _HEADS:
+        return heads
+    if isinstance(heads, bool):
+        return "pretraining" if heads else "none"
+    raise ValueError(
+        f"{caller}: heads={heads!r}; use None (detect), False (BertModel), True (= "
+        f"'pretraining') or one of {list(HEADS)}"
+    )
+
+
+def _head_of(name: str, fmt: str) -> str | None:
+    for kind, head in _HEADS.items():
+        if (head.hf_names if fmt == "hf" else head.tf_names).fullmatch(name):
+            return kind
+    return None
+
+
+def _select_head(given: dict[str, Any], kind: str | None, fmt: str) -> tuple[dict, str]:
+    """(given without the names of other heads, the head kind), detecting it when None."""
+    found = sorted({_head_of(n, fmt) for n in given} - {None}, key=HEADS.index)
+    if kind is None:
+        if len(found) > 1:
+            raise ValueError(
+                f"{_FROM[fmt]}: the checkpoint holds the heads of "
+                f"{' and '.join(_MODELS[k] for k in found)}; pass heads= one of {found}"
+            )
+        kind = found[0] if found else "none"
+    # Heads other than the one wanted are left behind (all of them when BertModel is wanted).
+    kept = {n: v for n, v in given.items() if _head_of(n, fmt) in (None, kind)}
+    return kept, kind
+
+
+def _hf_names(state_dict: Mapping[str, Any], heads: str | None) -> tuple[dict, str, str]:
+    """Normalises HF keys: (name -> value without buffers / other heads, head kind, prefix)."""
     given = {}
     for name, value in state_dict.items():
         if _HF_BUFFERS.fullmatch(name):
@@ -341,33 +445,40 @@ def _hf_names(state_dict: Mapping[str, Any], heads: bool | None) -> tuple[dict, 
         name = re.sub(r"LayerNorm\.gamma$", "LayerNorm.weight", name)
         name = re.sub(r"LayerNorm\.beta$", "LayerNorm.bias", name)
         given[name] = value
-    has_heads = any(n.startswith("cls.") for n in given)
-    heads = has_heads if heads is None else heads
-    if not heads:  # BertModel wanted: a pretraining checkpoint's heads are left behind
-        given = {n: v for n, v in given.items() if not n.startswith("cls.")}
-    body = [n for n in given if not n.startswith("cls.")]
+    given, heads = _select_head(given, heads, "hf")
+    body = [n for n in given if _head_of(n, "hf") is None]
     prefixed = [n for n in body if n.startswith("bert.")]
     if prefixed and len(prefixed) != len(body):
         bare = [n for n in body if not n.startswith("bert.")]
         raise ValueError(
             f"params_from_hf: the state dict mixes 'bert.'-prefixed names "
             f"({listing(prefixed, 3)}) with bare ones ({listing(bare, 3)}); pass the state "
-            "dict of one model (BertForPreTraining or BertModel)"
+            f"dict of one model ({', '.join(_MODELS.values())})"
         )
     # Like HF's loader, accept the encoder's names with or without 'bert.' in either model.
     return given, heads, "bert." if prefixed else ""
 
 
-def _tf_names(variables: Mapping[str, Any], heads: bool | None) -> tuple[dict, bool]:
+def _tf_names(variables: Mapping[str, Any], heads: str | None) -> tuple[dict, str]:
     given = {
         n.removesuffix(":0"): v for n, v in variables.items()
         if not _TF_OPTIMIZER.fullmatch(n.removesuffix(":0"))
     }
-    has_heads = any(n.startswith("cls/") for n in given)
-    heads = has_heads if heads is None else heads
-    if not heads:
-        given = {n: v for n, v in given.items() if not n.startswith("cls/")}
-    return given, heads
+    return _select_head(given, heads, "tf")
+
+
+def _num_labels(given: Mapping[str, Any], heads: str, fmt: str, num_labels: int | None) -> int:
+    """The classifier's rows: `num_labels` if given, else read off the checkpoint's tensor."""
+    if num_labels is not None:
+        if num_labels < 1:
+            raise ValueError(f"{_FROM[fmt]}: num_labels must be >= 1, got {num_labels}")
+        return num_labels
+    if heads == "sequence_classification":
+        weight = _CLASSIFIER_TABLE[0][0 if fmt == "hf" else 1]
+        shape = tuple(getattr(given.get(weight), "shape", ()))
+        if len(shape) == 2:
+            return shape[0]
+    return 2  # unused, or the classifier is missing and the key check reports it
 
 
 def _load(given: Mapping[str, Any], rows: list[_Row], config: BertConfig,
@@ -384,7 +495,7 @@ def _load(given: Mapping[str, Any], rows: list[_Row], config: BertConfig,
         if unexpected:
             lines.append(f"  unexpected keys: {listing(unexpected)}")
         lines.append("  Build the config from the checkpoint's own with config_from_hf "
-                     "(heads=False loads the encoder without the pretraining heads).")
+                     "(heads=False loads the encoder without the checkpoint's heads).")
         raise ValueError("\n".join(lines))
 
     dtype = jnp.dtype(config.param_dtype)
@@ -394,9 +505,12 @@ def _load(given: Mapping[str, Any], rows: list[_Row], config: BertConfig,
         name = row.name(fmt)
         x = to_numpy(given[name])
         if x.shape != row.shape(fmt):
+            fix = ("pass the checkpoint's num_labels (num_labels_from_hf of its config)"
+                   if row.ours.startswith("classifier/")
+                   else "build the config with config_from_hf")
             raise ValueError(
                 f"{caller}: {name!r} has shape {x.shape} but the config needs "
-                f"{row.shape(fmt)}; build the config with config_from_hf"
+                f"{row.shape(fmt)}; {fix}"
             )
         x = row.to_ours(x, fmt).astype(dtype)  # a copy: never aliases the caller's tensors
         if config.scan_layers and row.layer is not None:
@@ -409,29 +523,42 @@ def _load(given: Mapping[str, Any], rows: list[_Row], config: BertConfig,
 
 
 def params_from_hf(state_dict: Mapping[str, Any], config: BertConfig, *,
-                   heads: bool | None = None) -> dict[str, Any]:
+                   heads: bool | str | None = None,
+                   num_labels: int | None = None) -> dict[str, Any]:
     """Our BERT params pytree from a Hugging Face BERT state dict.
 
     Args:
       state_dict: name -> numpy array or torch tensor, from BertForPreTraining ('bert.' and
-        'cls.' names, with the tied cls.predictions.decoder.* copies) or BertModel (bare or
+        'cls.' names, with the tied cls.predictions.decoder.* copies),
+        BertForQuestionAnswering ('bert.' + 'qa_outputs.'; no pooler),
+        BertForSequenceClassification ('bert.' + 'classifier.') or BertModel (bare or
         'bert.'-prefixed names). position_ids / token_type_ids buffers are ignored.
       config: the model to load into (e.g. from `config_from_hf`); its scan_layers picks the
         unscanned (encoder/layer_{i}) or scanned (encoder/layers, leading layer axis) layout.
-      heads: True for BertForPreTraining's params (bert/, predictions/, seq_relationship/),
-        False for BertModel's (a pretraining checkpoint's heads are then dropped); None picks
-        True iff the state dict has 'cls.' keys.
+      heads: which model's params to build: True or 'pretraining' (bert/, predictions/,
+        seq_relationship/), 'question_answering' (bert/, qa_outputs/),
+        'sequence_classification' (bert/, classifier/), False for BertModel's. The
+        checkpoint's other heads are dropped. None picks the head the state dict has (none:
+        BertModel). A question-answering checkpoint's missing pooler is filled with zeros.
+      num_labels: the classifier's classes (`num_labels_from_hf` of the config.json); None
+        reads them off classifier.weight.
 
     Returns:
       Nested dict of numpy arrays in config.param_dtype, to use as {"params": ...}.
 
     Raises:
       ValueError: not a BERT checkpoint, missing or unexpected keys, a shape that does not fit
-        `config`, or a decoder that is not tied to the word embeddings.
+        `config` (or num_labels), a decoder that is not tied to the word embeddings, or
+        several heads with heads=None.
     """
-    given, heads, prefix = _hf_names(state_dict, heads)
+    given, heads, prefix = _hf_names(state_dict, _head_kind(heads, "params_from_hf"))
     tied = {copy: given.pop(copy) for copy, _ in _HF_TIED if copy in given}
-    flat = _load(given, _rows(config, heads, prefix), config, "hf")
+    if heads == "question_answering" and not any(prefix + n in given for n in _HF_QA_ABSENT):
+        d, dtype = config.hidden_size, jnp.dtype(config.param_dtype)
+        given[prefix + _HF_QA_ABSENT[0]] = np.zeros((d, d), dtype)
+        given[prefix + _HF_QA_ABSENT[1]] = np.zeros((d,), dtype)
+    n = _num_labels(given, heads, "hf", num_labels)
+    flat = _load(given, _rows(config, heads, prefix, n), config, "hf")
     for copy, original in _HF_TIED:
         if copy in tied:
             original = original if original.startswith("cls.") else prefix + original
@@ -446,7 +573,8 @@ def params_from_hf(state_dict: Mapping[str, Any], config: BertConfig, *,
 
 
 def params_from_tf_variables(variables: Mapping[str, Any], config: BertConfig, *,
-                             heads: bool | None = None) -> dict[str, Any]:
+                             heads: bool | str | None = None,
+                             num_labels: int | None = None) -> dict[str, Any]:
     """Our BERT params pytree from a google-research/bert TensorFlow checkpoint's variables.
 
     No TensorFlow here: the caller reads the checkpoint, e.g.
@@ -457,7 +585,10 @@ def params_from_tf_variables(variables: Mapping[str, Any], config: BertConfig, *
         optional ':0' suffix allowed) -> array. Adam slots (.../adam_m, .../adam_v) and
         global_step are ignored.
       config: the model to load into (e.g. `config_from_hf` of the bert_config.json).
-      heads: as params_from_hf, keyed on 'cls/' variables.
+      heads: as params_from_hf, keyed on the TF names: cls/predictions + cls/seq_relationship
+        (run_pretraining.py), cls/squad (run_squad.py), the root output_weights / output_bias
+        (run_classifier.py).
+      num_labels: the classifier's classes; None reads them off output_weights.
 
     Returns:
       Nested dict of numpy arrays in config.param_dtype.
@@ -466,29 +597,40 @@ def params_from_tf_variables(variables: Mapping[str, Any], config: BertConfig, *
       ValueError: not a BERT checkpoint, missing or unexpected variables, or a shape that does
         not fit `config`.
     """
-    given, heads = _tf_names(variables, heads)
-    flat = _load(given, _rows(config, heads, "bert."), config, "tf")
+    given, heads = _tf_names(variables, _head_kind(heads, "params_from_tf_variables"))
+    n = _num_labels(given, heads, "tf", num_labels)
+    flat = _load(given, _rows(config, heads, "bert.", n), config, "tf")
     return traverse_util.unflatten_dict(flat, sep="/")
 
 
-def _export(params: Mapping[str, Any], config: BertConfig, heads: bool | None, fmt: str,
-            hf_prefix: str = "") -> tuple[dict[str, np.ndarray], bool]:
+def _export(params: Mapping[str, Any], config: BertConfig, heads: bool | str | None, fmt: str,
+            hf_prefix: str = "") -> tuple[dict[str, np.ndarray], str]:
     caller = _TO[fmt]
+    heads = _head_kind(heads, caller)
     params = nn.unbox(params)
     if set(params) == {"params"}:
         params = params["params"]
-    heads = "bert" in params if heads is None else heads
+    if heads is None:
+        found = [k for k, head in _HEADS.items() if any(r in params for r in head.roots)]
+        if len(found) > 1:
+            raise ValueError(
+                f"{caller}: the params hold the heads of "
+                f"{' and '.join(_MODELS[k] for k in found)}; pass heads= one of {found}"
+            )
+        # A bert/ subtree without a known head: report BertForPreTraining's missing heads.
+        heads = found[0] if found else ("pretraining" if "bert" in params else "none")
     flat = {k: np.asarray(v) for k, v in traverse_util.flatten_dict(params, sep="/").items()}
-    rows = _rows(config, heads, "bert." if heads else hf_prefix)
+    classifier = flat.get(_CLASSIFIER_TABLE[0][2])
+    n = classifier.shape[-1] if classifier is not None and classifier.ndim == 2 else 2
+    rows = _rows(config, heads, hf_prefix if heads == "none" else "bert.", n)
     expected = {row.ours for row in rows}
     missing, unexpected = expected - set(flat), set(flat) - expected
     if missing or unexpected:
         layout = ("scanned (encoder/layers)" if config.scan_layers
                   else "unscanned (encoder/layer_{i})")
-        model = "BertForPreTraining" if heads else "BertModel"
         lines = [(
-            f"{caller}: the params do not fit the config (a {config.num_layers}-layer {model}, "
-            f"{layout}; is config.scan_layers right? is heads right?)"
+            f"{caller}: the params do not fit the config (a {config.num_layers}-layer "
+            f"{_MODELS[heads]}, {layout}; is config.scan_layers right? is heads right?)"
         )]
         if missing:
             lines.append(f"  missing params: {listing(missing)}")
@@ -509,19 +651,22 @@ def _export(params: Mapping[str, Any], config: BertConfig, heads: bool | None, f
     return out, heads
 
 
-def params_to_hf(params: Mapping[str, Any], config: BertConfig, *, heads: bool | None = None,
-                 prefix: str = "") -> dict[str, np.ndarray]:
+def params_to_hf(params: Mapping[str, Any], config: BertConfig, *,
+                 heads: bool | str | None = None, prefix: str = "") -> dict[str, np.ndarray]:
     """A Hugging Face BERT state dict (numpy, nn.Linear (out, in) layout) from our params.
 
     Args:
-      params: BertForPreTraining or BertModel params (boxed or not; a {"params": ...}
-        variables dict is unwrapped).
+      params: BertModel, BertForPreTraining, BertForQuestionAnswering or
+        BertForSequenceClassification params (boxed or not; a {"params": ...} variables dict
+        is unwrapped).
       config: their config; scan_layers says which layout they are in.
-      heads: True writes BertForPreTraining's names ('bert.' + 'cls.', with the tied
-        cls.predictions.decoder.weight / .bias as copies, as HF's own state dict has them);
-        False BertModel's. None: True iff params has a 'bert' subtree.
+      heads: as params_from_hf: True / 'pretraining' writes BertForPreTraining's names
+        ('bert.' + 'cls.', with the tied cls.predictions.decoder.weight / .bias as copies, as
+        HF's own state dict has them); 'question_answering' BertForQuestionAnswering's (no
+        pooler, as HF's); 'sequence_classification' BertForSequenceClassification's (num_labels
+        from the classifier kernel); False BertModel's. None: the head the params have.
       prefix: without heads, '' (BertModel's own names) or 'bert.' (the names a task model
-        built on BertModel, e.g. BertForSequenceClassification, gives the encoder).
+        gives the encoder).
 
     Returns:
       HF name -> numpy array in the params' dtype, for `torch.from_numpy` + `load_state_dict`,
@@ -533,15 +678,19 @@ def params_to_hf(params: Mapping[str, Any], config: BertConfig, *, heads: bool |
     if prefix not in ("", "bert."):
         raise ValueError(f"params_to_hf: prefix={prefix!r}; use '' or 'bert.'")
     out, heads = _export(params, config, heads, "hf", prefix)
-    if heads:
+    if heads == "pretraining":
         for copy, original in _HF_TIED:
             original = original if original.startswith("cls.") else "bert." + original
             out[copy] = out[original].copy()
+    if heads == "question_answering":
+        for name in _HF_QA_ABSENT:
+            del out["bert." + name]
     return out
 
 
 def params_to_tf_variables(params: Mapping[str, Any], config: BertConfig, *,
-                           heads: bool | None = None) -> dict[str, np.ndarray]:
+                           heads: bool | str | None = None) -> dict[str, np.ndarray]:
     """google-research/bert variable name -> numpy array, from our params (heads as
-    params_to_hf); the inverse of params_from_tf_variables."""
+    params_to_hf; a question-answering model keeps its pooler, as run_squad.py's checkpoints
+    do); the inverse of params_from_tf_variables."""
     return _export(params, config, heads, "tf")[0]

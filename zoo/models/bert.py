@@ -1,8 +1,10 @@
-"""BERT: a post-LN bidirectional Transformer encoder with masked-LM and next-sentence heads.
+"""BERT: a post-LN bidirectional Transformer encoder with pretraining and fine-tuning heads.
 
 Module and parameter names follow the BERT checkpoints (embeddings/{word,token_type,position}
-_embeddings, encoder layers, pooler/dense, predictions, seq_relationship) so Hugging Face and
-google-research/bert conversion (zoo.convert.bert) is a rename table plus reshapes.
+_embeddings, encoder layers, pooler/dense, predictions, seq_relationship, qa_outputs,
+classifier) so Hugging Face and google-research/bert conversion (zoo.convert.bert) is a rename
+table plus reshapes. Every model with a head holds the encoder as its `bert` submodule, so the
+`bert` params of a pretraining checkpoint drop into the fine-tuning models unchanged.
 
 The masked-LM decoder is tied to the word embeddings and runs only at the `masked_positions`
 gathered from the sequence output: [B, P, V] logits, never [B, T, V] (with P ~ 0.15 T, the
@@ -320,3 +322,77 @@ class BertForPreTraining(nn.Module):
         nsp_logits = Dense(2, ("embed", None), name="seq_relationship",
                            **_dtypes(self.config))(pooled)  # (B, 2)
         return mlm_logits, nsp_logits.astype(jnp.float32)
+
+
+class BertForQuestionAnswering(nn.Module):
+    """BertModel plus a per-token span head (`qa_outputs`, as HF and SQuAD fine-tuning).
+
+    The encoder still computes the pooler (so its params are exactly BertModel's and a
+    pretraining checkpoint's `bert` subtree fits as is); the span head does not read it.
+    """
+
+    config: BertConfig
+
+    @nn.compact
+    def __call__(self, input_ids, token_type_ids, attention_mask, *, deterministic=True):
+        """Answer-span logits.
+
+        Args:
+          input_ids, token_type_ids, attention_mask: as BertModel ([B, T] each; the last two
+            may be None). For SQuAD, segment 0 is the question and segment 1 the context.
+          deterministic: no dropout when True.
+
+        Returns:
+          (start_logits [B, T], end_logits [B, T]), float32. Logits at padding positions carry
+          no meaning: mask them before a softmax or argmax over positions.
+        """
+        sequence_output, _ = BertModel(self.config, name="bert")(
+            input_ids, token_type_ids, attention_mask, deterministic=deterministic
+        )
+        # One Dense to 2 outputs per token, as HF's qa_outputs (and google-research's
+        # cls/squad/output_weights): channel 0 scores span starts, channel 1 span ends.
+        logits = Dense(2, ("embed", None), name="qa_outputs", **_dtypes(self.config))(
+            sequence_output
+        ).astype(jnp.float32)  # (B, T, 2)
+        logits = nn.with_logical_constraint(logits, ("act_batch", "act_len", None))
+        return logits[..., 0], logits[..., 1]
+
+
+class BertForSequenceClassification(nn.Module):
+    """BertModel plus a classifier over the pooled [CLS] vector: pooled -> dropout -> Dense.
+
+    Attributes:
+      config: the encoder.
+      num_labels: classes (1 = a regression score, as HF).
+      dropout_rate: dropout before the classifier; None uses config.dropout_rate (HF's
+        classifier_dropout=None falls back to hidden_dropout_prob the same way).
+    """
+
+    config: BertConfig
+    num_labels: int
+    dropout_rate: float | None = None
+
+    @nn.compact
+    def __call__(self, input_ids, token_type_ids, attention_mask, *, deterministic=True):
+        """Class logits.
+
+        Args:
+          input_ids, token_type_ids, attention_mask: as BertModel ([B, T] each; the last two
+            may be None).
+          deterministic: no dropout when True (otherwise needs a 'dropout' rng).
+
+        Returns:
+          logits [B, num_labels], float32.
+        """
+        if self.num_labels < 1:
+            raise ValueError(
+                f"BertForSequenceClassification: num_labels must be >= 1, got {self.num_labels}"
+            )
+        rate = self.config.dropout_rate if self.dropout_rate is None else self.dropout_rate
+        _, pooled = BertModel(self.config, name="bert")(
+            input_ids, token_type_ids, attention_mask, deterministic=deterministic
+        )
+        pooled = nn.Dropout(rate, name="dropout")(pooled, deterministic=deterministic)  # (B, H)
+        logits = Dense(self.num_labels, ("embed", None), name="classifier",
+                       **_dtypes(self.config))(pooled)  # (B, num_labels)
+        return nn.with_logical_constraint(logits.astype(jnp.float32), ("act_batch", None))

@@ -1,0 +1,468 @@
+"""Hugging Face checkpoint directories <-> zoo models: `load_pretrained` and `save_pretrained`.
+
+A Hugging Face directory holds config.json, the weights (model.safetensors, or the older
+pytorch_model.bin; either may be sharded with a *.index.json) and the tokenizer files. The
+config's `architectures` (else its model_type and the weights' names) picks the zoo model:
+
+  BertModel                      zoo.models.bert.BertModel
+  BertForPreTraining             zoo.models.bert.BertForPreTraining
+  BertForQuestionAnswering       zoo.models.bert.BertForQuestionAnswering
+  BertForSequenceClassification  zoo.models.bert.BertForSequenceClassification
+  GPT2LMHeadModel, GPT2Model     zoo.models.gpt.GPT (its output layer is tied to wte, so the
+                                 bare GPT2Model loads as the full language model)
+
+The tensors go through the rename tables of zoo.convert.bert / zoo.convert.gpt2. safetensors are
+read with safetensors.numpy (no torch needed); only pytorch_model.bin needs torch, and is read
+with `torch.load(weights_only=True)`.
+
+Tokenizers: BERT's vocab.txt (or, as transformers v5 writes it, a WordPiece tokenizer.json)
+becomes a zoo WordPieceTokenizer with the lowercasing / accent / CJK options of
+tokenizer_config.json (tokenizer.json's normalizer). GPT-2's vocab.json + merges.txt are NOT
+read: the project has no byte-level BPE tokenizer (GPT-2's pre-tokenizer needs Unicode property
+classes that Python's `re` lacks), so a GPT-2 directory loads with tokenizer None.
+
+google-research/bert TensorFlow checkpoints are not directories of this kind: read their
+variables with TensorFlow (`tf.train.load_variable`) into a name -> array dict and pass it to
+`zoo.convert.bert.params_from_tf_variables` with `config_from_hf(bert_config.json)`.
+
+Example:
+  model, params, config, tokenizer = load_pretrained("bert-base-uncased-squad/")
+  start, end = model.apply({"params": params}, ids, types, mask)
+  save_pretrained("out/", config, params, tokenizer)   # transformers' from_pretrained reads it
+"""
+
+import json
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import flax.linen as nn
+import numpy as np
+
+from zoo.convert import bert as bert_convert
+from zoo.convert import gpt2 as gpt2_convert
+from zoo.data.wordpiece import CONTINUATION, WordPieceTokenizer
+from zoo.models import bert, gpt
+
+# Architecture -> (model_type, head): the BERT head kind of zoo.convert.bert ('none' for the
+# encoder alone), or for GPT-2 whether the names carry GPT2LMHeadModel's 'transformer.' prefix.
+SUPPORTED_ARCHITECTURES: dict[str, tuple[str, Any]] = {
+    "BertModel": ("bert", "none"),
+    "BertForPreTraining": ("bert", "pretraining"),
+    "BertForQuestionAnswering": ("bert", "question_answering"),
+    "BertForSequenceClassification": ("bert", "sequence_classification"),
+    "GPT2LMHeadModel": ("gpt2", True),
+    "GPT2Model": ("gpt2", False),
+}
+_BERT_ARCHITECTURE = {head: arch for arch, (family, head) in SUPPORTED_ARCHITECTURES.items()
+                      if family == "bert"}
+
+CONFIG_FILE = "config.json"
+SAFETENSORS_FILE = "model.safetensors"
+TORCH_FILE = "pytorch_model.bin"
+# In HF's order of preference: safetensors first, sharded after single files.
+_WEIGHTS_FILES = (SAFETENSORS_FILE, SAFETENSORS_FILE + ".index.json", TORCH_FILE,
+                  TORCH_FILE + ".index.json")
+_TF_FILES = ("tf_model.h5", "model.ckpt.index", "flax_model.msgpack")
+VOCAB_FILE = "vocab.txt"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+TOKENIZER_FILE = "tokenizer.json"
+# The tied copies HF itself leaves out of saved files (re-tied on load).
+_TIED_COPIES = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias",
+                "lm_head.weight")
+
+
+# ---- loading -----------------------------------------------------------------------------------
+
+
+def load_pretrained(path: str | os.PathLike, **overrides: Any
+                    ) -> tuple[nn.Module, dict[str, Any], Any, WordPieceTokenizer | None]:
+    """Loads a Hugging Face BERT or GPT-2 checkpoint directory as a zoo model.
+
+    Args:
+      path: the directory (config.json, model.safetensors or pytorch_model.bin, tokenizer
+        files).
+      **overrides: config choices the checkpoint does not make (dropout_rate,
+        attention_dropout_rate, backend, scan_layers, remat, dtype, param_dtype), as in
+        zoo.convert.bert.config_from_hf / zoo.convert.gpt2.config_from_hf.
+
+    Returns:
+      (model, params, config, tokenizer): `model.apply({"params": params}, ...)` runs it;
+      params are numpy arrays in config.param_dtype; config is a BertConfig or GPTConfig;
+      tokenizer a WordPieceTokenizer for BERT, None when the directory has no tokenizer files
+      and always None for GPT-2 (see the module docstring).
+
+    Raises:
+      FileNotFoundError: no such directory, no config.json or no weights file.
+      ValueError: an unsupported model_type / architecture (the message lists the supported
+        ones), a config our models cannot represent, or weights that are corrupt or do not fit
+        the config (the message names the file).
+      ImportError: safetensors (or torch, for pytorch_model.bin) is not installed.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise FileNotFoundError(
+            f"load_pretrained: {root} is not a directory; give a Hugging Face checkpoint "
+            f"directory ({CONFIG_FILE} + {SAFETENSORS_FILE} or {TORCH_FILE})"
+        )
+    config_path = root / CONFIG_FILE
+    hf_config = _read_json(config_path, "the model's Hugging Face config")
+    family, head = _architecture(hf_config, config_path)
+    state_dict, weights = _read_weights(root)
+
+    if family == "gpt2":
+        config = _wrap(config_path, gpt2_convert.config_from_hf, hf_config, **overrides)
+        params = _wrap(weights, gpt2_convert.params_from_hf, state_dict, config)
+        return gpt.GPT(config), params, config, None
+
+    config = _wrap(config_path, bert_convert.config_from_hf, hf_config, **overrides)
+    num_labels = (bert_convert.num_labels_from_hf(hf_config)
+                  if head == "sequence_classification" else None)
+    # heads None (no architectures in config.json): the head the weights hold.
+    params = _wrap(weights, bert_convert.params_from_hf, state_dict, config,
+                   heads=False if head == "none" else head, num_labels=num_labels)
+    if head is None:
+        head = _bert_head_of(params)
+    if head == "none":
+        model = bert.BertModel(config)
+    elif head == "pretraining":
+        model = bert.BertForPreTraining(config)
+    elif head == "question_answering":
+        model = bert.BertForQuestionAnswering(config)
+    else:
+        model = bert.BertForSequenceClassification(
+            config, params["classifier"]["bias"].shape[0],
+            dropout_rate=hf_config.get("classifier_dropout"),
+        )
+    return model, params, config, _bert_tokenizer(root)
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"load_pretrained: {path} does not exist ({what})") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"load_pretrained: {path} is not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"load_pretrained: {path} holds a {type(value).__name__}, not an object")
+    return value
+
+
+def _architecture(hf_config: Mapping[str, Any], config_path: Path) -> tuple[str, Any]:
+    """(model_type, head: SUPPORTED_ARCHITECTURES' second item, None to detect it from the
+    weights)."""
+    supported = f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+    architectures = hf_config.get("architectures") or []
+    arch = architectures[0] if architectures else None
+    if arch is not None and arch not in SUPPORTED_ARCHITECTURES:
+        raise ValueError(f"load_pretrained: {config_path}: architecture {arch!r} is not "
+                         f"supported; {supported}")
+    model_type = hf_config.get("model_type") or (arch and SUPPORTED_ARCHITECTURES[arch][0])
+    if model_type not in ("bert", "gpt2"):
+        raise ValueError(f"load_pretrained: {config_path}: model_type {model_type!r} is not "
+                         f"supported (bert, gpt2); {supported}")
+    if arch is None:  # a config without architectures: the weights' names decide
+        return model_type, None if model_type == "bert" else True
+    family, head = SUPPORTED_ARCHITECTURES[arch]
+    if family != model_type:
+        raise ValueError(f"load_pretrained: {config_path}: architecture {arch!r} does not "
+                         f"belong to model_type {model_type!r}")
+    return family, head
+
+
+def _wrap(where: Path | str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+    """fn(*args, **kwargs), with the file named in any ValueError it raises."""
+    try:
+        return fn(*args, **kwargs)
+    except ValueError as e:
+        raise ValueError(f"load_pretrained: {where}: {e}") from e
+
+
+def _bert_head_of(params: Mapping[str, Any]) -> str:
+    for head, root in (("pretraining", "predictions"), ("question_answering", "qa_outputs"),
+                       ("sequence_classification", "classifier")):
+        if root in params:
+            return head
+    return "none"
+
+
+def _read_weights(root: Path) -> tuple[dict[str, Any], str]:
+    """(HF name -> array, the file(s) read) from the directory's weights file."""
+    found = [name for name in _WEIGHTS_FILES if (root / name).is_file()]
+    if not found:
+        other = [name for name in _TF_FILES if (root / name).exists()]
+        hint = (f" It has {', '.join(other)}: TensorFlow / Flax weights are not read here (a "
+                "google-research/bert checkpoint's variables go through "
+                "zoo.convert.bert.params_from_tf_variables)." if other else "")
+        raise FileNotFoundError(
+            f"load_pretrained: {root} has no weights file: expected {SAFETENSORS_FILE} or "
+            f"{TORCH_FILE} (or a sharded *.index.json).{hint}"
+        )
+    name = found[0]
+    if not name.endswith(".index.json"):
+        return _read_weights_file(root / name), str(root / name)
+    index_path = root / name
+    index = _read_json(index_path, "the index of a sharded checkpoint")
+    weight_map = index.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"load_pretrained: {index_path} has no weight_map")
+    state_dict: dict[str, Any] = {}
+    for shard in sorted(set(weight_map.values())):
+        state_dict.update(_read_weights_file(root / shard))
+    absent = sorted(set(weight_map) - set(state_dict))
+    if absent:
+        raise ValueError(f"load_pretrained: {index_path} lists tensors no shard holds: "
+                         f"{', '.join(absent[:10])}")
+    return state_dict, str(index_path)
+
+
+def _read_weights_file(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise FileNotFoundError(f"load_pretrained: weights file {path} does not exist")
+    if path.name.endswith(".safetensors"):
+        try:
+            from safetensors import numpy as safetensors_numpy
+        except ImportError:
+            raise ImportError(f"load_pretrained: reading {path} needs the safetensors package "
+                              "(pip install safetensors)") from None
+        try:
+            # bf16 tensors load as ml_dtypes.bfloat16, which importing jax has registered.
+            return safetensors_numpy.load_file(str(path))
+        except Exception as e:  # safetensors raises its own SafetensorError (an Exception)
+            raise ValueError(f"load_pretrained: {path} is not a readable safetensors file "
+                             f"({type(e).__name__}: {e}); re-download or re-save it") from e
+    try:
+        import torch
+    except ImportError:
+        raise ImportError(f"load_pretrained: {path} is a PyTorch pickle and reading it needs "
+                          "torch (pip install torch); or convert it to model.safetensors") from None
+    try:
+        # weights_only: a pickle can run code on load; tensors and containers are all we need.
+        state_dict = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ValueError(f"load_pretrained: {path} is not a readable PyTorch state dict "
+                         f"({type(e).__name__}: {e}); re-download or re-save it") from e
+    if not isinstance(state_dict, Mapping):
+        raise ValueError(f"load_pretrained: {path} holds a {type(state_dict).__name__}, not a "
+                         "state dict (name -> tensor)")
+    return dict(state_dict)
+
+
+def _bert_tokenizer(root: Path) -> WordPieceTokenizer | None:
+    """The directory's WordPiece tokenizer: vocab.txt (+ tokenizer_config.json), else a
+    WordPiece tokenizer.json; None when it has neither."""
+    options_path = root / TOKENIZER_CONFIG_FILE
+    options = _read_json(options_path, "tokenizer options") if options_path.is_file() else {}
+    if (root / VOCAB_FILE).is_file():
+        # HF's BertTokenizer defaults: uncased, accents follow lowercasing, CJK split.
+        return WordPieceTokenizer.from_vocab_file(
+            str(root / VOCAB_FILE),
+            lowercase=bool(options.get("do_lower_case", True)),
+            strip_accents=options.get("strip_accents"),
+            tokenize_chinese_chars=bool(options.get("tokenize_chinese_chars", True)),
+        )
+    if not (root / TOKENIZER_FILE).is_file():
+        return None
+    path = root / TOKENIZER_FILE
+    spec = _read_json(path, "the tokenizer")
+    model, normalizer = spec.get("model") or {}, spec.get("normalizer") or {}
+    if model.get("type") != "WordPiece" or normalizer.get("type") != "BertNormalizer":
+        raise ValueError(
+            f"load_pretrained: {path} is a {model.get('type')} tokenizer with a "
+            f"{normalizer.get('type')} normalizer; only BERT's (WordPiece + BertNormalizer) is "
+            f"read, or give a {VOCAB_FILE}"
+        )
+    prefix = model.get("continuing_subword_prefix", CONTINUATION)
+    if prefix != CONTINUATION:
+        raise ValueError(f"load_pretrained: {path}: continuing_subword_prefix {prefix!r} is not "
+                         f"BERT's {CONTINUATION!r}")
+    by_id = {int(i): token for token, i in model.get("vocab", {}).items()}
+    if sorted(by_id) != list(range(len(by_id))):
+        raise ValueError(f"load_pretrained: {path}: the vocabulary's ids are not 0 .. n-1")
+    return WordPieceTokenizer(
+        [by_id[i] for i in range(len(by_id))],
+        lowercase=bool(normalizer.get("lowercase", True)),
+        strip_accents=normalizer.get("strip_accents"),
+        tokenize_chinese_chars=bool(normalizer.get("handle_chinese_chars", True)),
+        max_input_chars_per_word=int(model.get("max_input_chars_per_word", 100)),
+        source=str(path),
+    )
+
+
+# ---- saving ------------------------------------------------------------------------------------
+
+
+def save_pretrained(path: str | os.PathLike, model_config: bert.BertConfig | gpt.GPTConfig,
+                    params: Mapping[str, Any], tokenizer: WordPieceTokenizer | None = None, *,
+                    architecture: str | None = None, overwrite: bool = False,
+                    **hf_config: Any) -> None:
+    """Writes a directory that transformers' `from_pretrained` (and `load_pretrained`) reads.
+
+    Files: config.json, model.safetensors (as HF saves them: without the tied copies of the
+    word embeddings), and for a WordPiece tokenizer vocab.txt + tokenizer_config.json. The
+    directory appears whole or not at all: everything is written (and fsynced) into a hidden
+    sibling directory first, which is then renamed into place.
+
+    Args:
+      path: the directory to create.
+      model_config: a BertConfig or GPTConfig.
+      params: the model's params (boxed or not; a {"params": ...} dict is unwrapped).
+      tokenizer: a zoo WordPieceTokenizer (BERT only) or None.
+      architecture: the HF class to write, one of SUPPORTED_ARCHITECTURES of the config's
+        family; None picks it from the params (BERT: the head they hold; GPT: GPT2LMHeadModel).
+        'BertModel' with a head model's params writes their encoder alone.
+      overwrite: replace an existing non-empty `path` (the whole directory: stale files such as
+        an old tokenizer.json would otherwise shadow the new ones).
+      **hf_config: extra config.json fields, e.g. id2label, bos_token_id / eos_token_id (give
+        them for a GPT-2 vocabulary smaller than HF's default ids, 50256).
+
+    Raises:
+      ValueError: an architecture that does not fit the config or params, or a tokenizer this
+        cannot write.
+      FileExistsError: `path` exists, is not empty, and overwrite is False.
+    """
+    try:
+        from safetensors.numpy import save_file
+    except ImportError:
+        raise ImportError("save_pretrained: writing model.safetensors needs the safetensors "
+                          "package (pip install safetensors)") from None
+    reserved = sorted({"architectures", "model_type", "num_labels"} & set(hf_config))
+    if reserved:
+        raise ValueError(f"save_pretrained: {reserved} are not config.json extras: pass "
+                         "architecture=...; model_type and the labels follow from the model")
+    params = nn.unbox(params)
+    if set(params) == {"params"}:
+        params = params["params"]
+    if isinstance(model_config, bert.BertConfig):
+        state, config_json = _bert_files(model_config, params, architecture, tokenizer, hf_config)
+    elif isinstance(model_config, gpt.GPTConfig):
+        if tokenizer is not None:
+            raise ValueError("save_pretrained: tokenizer: a GPT-2 directory needs a byte-level "
+                             "BPE tokenizer, which zoo does not have; pass tokenizer=None")
+        arch = architecture or "GPT2LMHeadModel"
+        _check_architecture(arch, "gpt2")
+        state = gpt2_convert.params_to_hf(params, model_config,
+                                          lm_head=SUPPORTED_ARCHITECTURES[arch][1])
+        config_json = gpt2_convert.config_to_hf(model_config, architectures=[arch], **hf_config)
+    else:
+        raise ValueError(f"save_pretrained: model_config must be a BertConfig or GPTConfig, got "
+                         f"{type(model_config).__name__}")
+    state = {name: x for name, x in state.items() if name not in _TIED_COPIES}
+
+    def write(directory: Path) -> None:
+        (directory / CONFIG_FILE).write_text(json.dumps(config_json, indent=2, sort_keys=True)
+                                             + "\n", encoding="utf-8")
+        # format=pt: what transformers expects of the files it reads.
+        save_file(state, str(directory / SAFETENSORS_FILE), metadata={"format": "pt"})
+        if tokenizer is not None:
+            _write_wordpiece(directory, tokenizer, model_config)
+
+    _write_directory(Path(path), write, overwrite)
+
+
+def _check_architecture(arch: str, family: str) -> None:
+    if SUPPORTED_ARCHITECTURES.get(arch, (None,))[0] != family:
+        choices = [a for a, (f, _) in SUPPORTED_ARCHITECTURES.items() if f == family]
+        raise ValueError(f"save_pretrained: architecture={arch!r} is not a {family} "
+                         f"architecture; use one of {choices}")
+
+
+def _bert_files(config: bert.BertConfig, params: Mapping[str, Any], architecture: str | None,
+                tokenizer: Any, extra: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict]:
+    if architecture is None:
+        head = _bert_head_of(params)
+        architecture = _BERT_ARCHITECTURE[head]
+    _check_architecture(architecture, "bert")
+    head = SUPPORTED_ARCHITECTURES[architecture][1]
+    if head == "none" and "bert" in params:  # the encoder of a model with a head
+        params = params["bert"]
+    state = bert_convert.params_to_hf(params, config, heads=head if head != "none" else False)
+    num_labels = None
+    if head == "sequence_classification":
+        num_labels = state["classifier.bias"].shape[0]
+        labels = extra.get("id2label")
+        if labels is not None and len(labels) != num_labels:
+            raise ValueError(f"save_pretrained: id2label has {len(labels)} labels but the "
+                             f"classifier has {num_labels}")
+    if tokenizer is not None:
+        if not isinstance(tokenizer, WordPieceTokenizer):
+            raise ValueError(
+                f"save_pretrained: tokenizer must be a WordPieceTokenizer (written as "
+                f"{VOCAB_FILE}) or None, got {type(tokenizer).__name__}; HF's BERT has no "
+                "SentencePiece tokenizer"
+            )
+        if tokenizer.vocab_size > config.vocab_size:
+            raise ValueError(f"save_pretrained: the tokenizer has {tokenizer.vocab_size} tokens "
+                             f"but the model's vocab_size is {config.vocab_size}")
+        extra = {"pad_token_id": tokenizer.pad_id, **extra}
+    config_json = bert_convert.config_to_hf(config, num_labels=num_labels,
+                                            architectures=[architecture], **extra)
+    return state, config_json
+
+
+def _write_wordpiece(directory: Path, tokenizer: WordPieceTokenizer,
+                     config: bert.BertConfig) -> None:
+    tokens = [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
+    # vocab.txt is one token per line with trailing whitespace stripped on reading.
+    bad = [t for t in tokens if "\n" in t or t != t.rstrip()]
+    if bad:
+        raise ValueError(f"save_pretrained: tokens {bad[:5]} cannot be written to {VOCAB_FILE} "
+                         "(a newline or trailing whitespace)")
+    (directory / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
+    options = dict(
+        tokenizer_class="BertTokenizer",
+        do_lower_case=tokenizer.lowercase,
+        strip_accents=tokenizer.strip_accents,
+        tokenize_chinese_chars=tokenizer.tokenize_chinese_chars,
+        unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
+        mask_token="[MASK]",
+        model_max_length=config.max_position_embeddings,
+    )
+    (directory / TOKENIZER_CONFIG_FILE).write_text(json.dumps(options, indent=2) + "\n",
+                                                   encoding="utf-8")
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_directory(path: Path, write: Callable[[Path], None], overwrite: bool) -> None:
+    """Runs write(tmp) in a sibling temp directory and renames it to `path` (atomic on POSIX)."""
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"save_pretrained: {path} exists and is not a directory")
+    replacing = path.is_dir() and any(path.iterdir())
+    if replacing and not overwrite:
+        raise FileExistsError(f"save_pretrained: {path} exists and is not empty; pass "
+                              "overwrite=True to replace it (the whole directory)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # A sibling, so the final rename stays on one filesystem; mkdir (not mkdtemp) so the
+    # directory gets the umask's permissions rather than 0700.
+    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:12]}"
+    tmp.mkdir()
+    try:
+        write(tmp)
+        for f in tmp.iterdir():
+            _fsync(f)
+        if replacing:
+            # Move the old directory aside, the new one in, then drop the old: a crash in
+            # between leaves `path` absent (the old copy beside it), never half-written.
+            old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:12]}"
+            os.rename(path, old)
+            os.rename(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, path)  # replaces an empty directory atomically
+        _fsync(path.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
