@@ -24,7 +24,8 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
     checkpointer.close()
     eval_step = loop.make_eval_step(setup)
     with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
-        summary = loop.evaluate(setup.task, eval_step, state.params, setup.batch_sharding)
+        summary = loop.evaluate(setup.task, eval_step, state.params, setup.batch_sharding,
+                                loop.make_predict_step(setup))
     result = {"step": int(state.step), **summary, **setup.task.baselines()}
     if jax.process_index() == 0:
         with open(os.path.join(workdir, "eval.json"), "w") as f:

@@ -10,6 +10,7 @@ from zoo.tasks.base import Task
 _REGISTRY = {
     "lm": "zoo.tasks.lm:LanguageModelTask",
     "mlm_nsp": "zoo.tasks.mlm_nsp:PretrainingTask",
+    "squad": "zoo.tasks.squad:SquadTask",
 }
 
 

@@ -40,6 +40,18 @@ class Task(abc.ABC):
     def eval_batches(self, process_index: int, process_count: int) -> Iterable[Batch]:
         """One pass over the held-out split, process-local, global shapes fixed."""
 
+    # Optional: tasks whose metrics need the model's outputs on the whole eval split (SQuAD
+    # EM/F1) define predict; the loop gathers its outputs and passes them to score_predictions.
+    predict = None
+
+    def score_predictions(self, outputs: dict[str, np.ndarray]) -> dict[str, float]:
+        """Metrics from the concatenated `predict` outputs of every eval batch (in order)."""
+        return {}
+
+    def pretrained_subtree(self) -> str | None:
+        """The params subtree config.train.init_from fills (None: all of them)."""
+        return None
+
     def init_params(self, rng: jax.Array):
         batch = self.init_batch()
         return self.model.init({"params": rng, "dropout": rng}, **self.model_inputs(batch))[

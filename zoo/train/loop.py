@@ -8,7 +8,9 @@ import signal
 import flax.linen as nn
 import jax
 import ml_collections
+import numpy as np
 import optax
+from jax.experimental import multihost_utils
 
 from zoo import tasks
 from zoo.train import metrics as metrics_lib
@@ -30,12 +32,20 @@ def _to_global(batch, sharding):
     return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), batch)
 
 
-def evaluate(task, eval_step, params, batch_sharding) -> dict[str, float]:
-    history = [
-        eval_step(params, _to_global(b, batch_sharding))
-        for b in task.eval_batches(jax.process_index(), jax.process_count())
-    ]
-    return task.summarize(metrics_lib.sum_metrics(history))
+def evaluate(task, eval_step, params, batch_sharding, predict_step=None) -> dict[str, float]:
+    history, outputs = [], []
+    for batch in task.eval_batches(jax.process_index(), jax.process_count()):
+        batch = _to_global(batch, batch_sharding)
+        history.append(eval_step(params, batch))
+        if predict_step is not None:
+            # Every process gets the whole batch's outputs (post-processing is host-side).
+            outputs.append(multihost_utils.process_allgather(predict_step(params, batch),
+                                                             tiled=True))
+    summary = task.summarize(metrics_lib.sum_metrics(history))
+    if outputs:
+        summary.update(task.score_predictions(
+            {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}))
+    return summary
 
 
 @dataclasses.dataclass
@@ -86,6 +96,13 @@ def make_eval_step(setup: Setup):
         step.make_eval_step(setup.task.loss_fn),
         in_shardings=(setup.state_sharding.params, setup.batch_sharding),
     )
+
+
+def make_predict_step(setup: Setup):
+    if setup.task.predict is None:
+        return None
+    return jax.jit(setup.task.predict,
+                   in_shardings=(setup.state_sharding.params, setup.batch_sharding))
 
 
 class _Preemption:
@@ -139,6 +156,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
     setup = build(config, workdir, devices)
     task, batch_sharding = setup.task, setup.batch_sharding
     train_step, eval_step = make_train_step(setup, config), make_eval_step(setup)
+    predict_step = make_predict_step(setup)
     schedule = optim.make_schedule(config.optim)
 
     batches = task.train_batches(jax.process_index(), jax.process_count())
@@ -151,7 +169,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
     if checkpointer.latest_step() is not None:
         state = checkpointer.restore(state, batches)
     elif train_cfg.init_from:
-        state = _init_params_from(train_cfg.init_from, state)
+        state = _init_params_from(train_cfg.init_from, state, task.pretrained_subtree())
     start, total = int(state.step), train_cfg.steps
     writer = metrics_lib.MetricsWriter(workdir, tensorboard=train_cfg.tensorboard)
     progress = metrics_lib.Progress(
@@ -193,7 +211,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
                     writer.write(done, "train", report)
                     history = []
                 if done % train_cfg.eval_every == 0 or done == total:
-                    summary = evaluate(task, eval_step, state.params, batch_sharding)
+                    summary = evaluate(task, eval_step, state.params, batch_sharding,
+                                       predict_step)
                     writer.write(done, "eval", summary)
                     _print_eval(done, summary)
                     _maybe_save_best(best, done, state, summary)
@@ -207,7 +226,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
                               "exiting (rerun the same command to resume)", flush=True)
                     return summary
             if start >= total:  # resumed a finished run: report its final eval again
-                summary = evaluate(task, eval_step, state.params, batch_sharding)
+                summary = evaluate(task, eval_step, state.params, batch_sharding, predict_step)
             print_samples(task, state.params)
     finally:
         # Waits for async saves: a checkpoint the log announced is on disk before we return.
@@ -221,15 +240,21 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
     return summary
 
 
-def _init_params_from(workdir: str, state: TrainState) -> TrainState:
-    """Starts a run from another run's latest params (e.g. BERT phase 2 from phase 1)."""
+def _init_params_from(workdir: str, state: TrainState, subtree: str | None = None
+                      ) -> TrainState:
+    """Starts a run from another run's latest params (e.g. BERT phase 2 from phase 1), or only
+    their `subtree` (e.g. the 'bert' encoder under a new task head)."""
     source = Checkpointer(workdir)
     if source.latest_step() is None:
         raise FileNotFoundError(
             f"config.train.init_from={workdir!r} holds no checkpoint ({source.directory}); "
             "point it at the workdir of a finished run"
         )
-    params = source.restore_params(state.params)
+    if subtree is None:
+        params = source.restore_params(state.params)
+    else:
+        params = dict(state.params)
+        params[subtree] = source.restore_params({subtree: state.params[subtree]})[subtree]
     if jax.process_index() == 0:
         print(f"initialised params from {source.directory} step {source.latest_step()}",
               flush=True)

@@ -1,0 +1,63 @@
+"""Fine-tune BERT on SQuAD-style span extraction.
+
+    python train.py --config=configs/squad.py:size=tiny,version=2.0 --workdir=DIR \\
+        --config.train.init_from=PRETRAIN_WORKDIR --config.data.cache_dir=PRETRAIN_CACHE
+    python eval.py  --config=configs/squad.py:size=tiny,version=2.0 --workdir=DIR
+
+Variants: size = tiny | mini | small | medium | base | large; version = 1.1 | 2.0.
+init_from fills the `bert` encoder from a pretraining workdir (zoo's own checkpoints); the
+span head starts fresh. Sharing the pretraining run's cache_dir shares its tokenizer. eval
+writes predictions.json, nbest_predictions.json and (v2) null_odds.json under
+<workdir>/predictions and reports the official EM/F1.
+"""
+
+import ml_collections
+
+from configs import common
+from zoo.train.optim import default_optim_config
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    variant = common.parse_arg(arg, size="tiny", version="1.1")
+    if variant.version not in ("1.1", "2.0"):
+        raise ValueError(f"config variant version={variant.version!r} must be 1.1 or 2.0")
+    tiny = variant.size == "tiny"
+    config = ml_collections.ConfigDict()
+    config.task = "squad"
+    config.model = dict(
+        size=variant.size, max_position_embeddings=128 if tiny else 512,
+        dropout_rate=0.0 if tiny else 0.1, attention_dropout_rate=0.0 if tiny else 0.1,
+        backend="einsum", scan_layers=not tiny, remat="none",
+        dtype="float32" if tiny else "bfloat16", param_dtype="float32",
+    )
+    config.data = dict(
+        source="synthetic",  # synthetic | json | tfds (squad/v1.1, squad/v2.0)
+        version=variant.version,
+        seed=0,
+        synthetic_entities=2000,
+        train_file="",  # json source: official SQuAD files
+        eval_file="",
+        tfds_data_dir="",
+        tokenizer="",  # a vocab.txt / .model; '' = the SentencePiece model in cache_dir
+        tokenizer_type="bpe",
+        vocab_size=2048 if tiny else 30522,
+        lowercase=True,
+        cache_dir="",  # '' = <workdir>/data
+        seq_len=128 if tiny else 384,
+        doc_stride=64 if tiny else 128,
+        max_query_length=32 if tiny else 64,
+        batch_size=32,
+        eval_batch_size=64,
+    )
+    steps = ml_collections.FieldReference(1500 if tiny else 5500)
+    config.optim = default_optim_config()
+    config.optim.update(name="adamw", learning_rate=1e-3 if tiny else 3e-5,
+                        warmup_steps=100 if tiny else 550, decay="linear", b1=0.9, b2=0.999,
+                        eps=1e-6, weight_decay=0.01, clip_norm=1.0)
+    config.optim.total_steps = steps
+    config.train = common.train_config(steps)
+    config.train.update(eval_every=500, checkpoint_every=500, log_every=100, best_metric="f1",
+                        best_mode="max")
+    config.eval = dict(n_best_size=20, max_answer_length=30, null_score_diff_threshold=0.0)
+    config.mesh = common.mesh_config()
+    return config

@@ -1,0 +1,65 @@
+"""SQuAD fine-tuning through the one loop: init from a pretraining run, official output files."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from configs import bert_pretrain, squad as squad_config
+from zoo import evaluate
+from zoo.train import loop
+from zoo.train.checkpoint import Checkpointer
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("squad")
+    config = bert_pretrain.get_config("size=tiny")
+    config.data.update(synthetic_entities=100, vocab_size=512, seq_len=64,
+                       cache_dir=str(root / "cache"), dupe_factor=1)
+    config.train.update(steps=4, eval_every=4, log_every=2, tensorboard=False)
+    loop.run(config, str(root / "pretrain"))
+    return root
+
+
+def _squad(root, version, **train):
+    config = squad_config.get_config(f"size=tiny,version={version}")
+    config.data.update(synthetic_entities=100, vocab_size=512, cache_dir=str(root / "cache"),
+                       batch_size=16, eval_batch_size=16)
+    config.train.update(dict(dict(steps=6, eval_every=6, log_every=3, tensorboard=False,
+                                  init_from=str(root / "pretrain")), **train))
+    return config
+
+
+def test_init_from_fills_only_the_encoder(pretrained):
+    config = _squad(pretrained, "1.1")
+    setup = loop.build(config, str(pretrained / "probe"))
+    started = loop._init_params_from(str(pretrained / "pretrain"), setup.state,
+                                     setup.task.pretrained_subtree())
+    source = Checkpointer(str(pretrained / "pretrain"))
+    restored = source.restore_params({"bert": started.params["bert"]})["bert"]
+    for a, b in zip(jax.tree.leaves(started.params["bert"]), jax.tree.leaves(restored)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    # The span head keeps its fresh initialisation.
+    for a, b in zip(jax.tree.leaves(started.params["qa_outputs"]),
+                    jax.tree.leaves(setup.state.params["qa_outputs"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+@pytest.mark.parametrize("version", ["1.1", "2.0"])
+def test_train_and_eval_write_the_official_files_and_metrics(pretrained, version):
+    workdir = pretrained / f"squad{version}"
+    summary = loop.run(_squad(pretrained, version), str(workdir))
+    keys = {"exact", "f1", "total"} | ({"HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"}
+                                       if version == "2.0" else {"exact_match"})
+    assert keys <= set(summary)
+    out = workdir / "predictions"
+    predictions = json.load(open(out / "predictions.json"))
+    nbest = json.load(open(out / "nbest_predictions.json"))
+    assert set(predictions) == set(nbest) and len(predictions) == summary["total"]
+    assert os.path.exists(out / "null_odds.json") == (version == "2.0")
+    # eval.py restores the same checkpoint and reproduces the same official metrics.
+    again = evaluate.run(_squad(pretrained, version), str(workdir))
+    assert again["f1"] == pytest.approx(summary["f1"], abs=1e-9)

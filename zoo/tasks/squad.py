@@ -1,0 +1,165 @@
+"""SQuAD-style span extraction (v1.1 and v2.0) with BertForQuestionAnswering.
+
+Training: cross-entropy of the start and of the end position over each window's tokens (the
+[CLS] position when the window misses the answer or the question is unanswerable), averaged.
+Evaluation: the loop's eval loss plus the official EM/F1 after BERT's post-processing, with
+predictions.json / nbest_predictions.json / null_odds.json written to <workdir>/predictions.
+"""
+
+import json
+import os
+
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from zoo.data import lm_pipeline, squad, synthetic, tokenizers
+from zoo.eval import squad as squad_eval
+from zoo.models import bert
+from zoo.tasks.base import Batch, Task
+from zoo.train import dry_run
+from zoo.train.losses import cross_entropy_sums
+
+_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
+
+
+def _synthetic_file(data: ml_collections.ConfigDict, cache_dir: str, split: str) -> str:
+    """Writes the synthetic world's SQuAD split as official JSON (once) and returns its path,
+    so the synthetic set goes through the same loader as a user's files."""
+    name = f"squad-v{data.version}-seed{data.seed}-{data.synthetic_entities}-{split}.json"
+    path = os.path.join(cache_dir, name)
+    if not os.path.exists(path):
+        os.makedirs(cache_dir, exist_ok=True)
+        splits = synthetic.squad_splits(data.seed, data.version, data.synthetic_entities)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        synthetic.write_squad_json(tmp, splits[split])
+        os.replace(tmp, path)
+    return path
+
+
+def load_examples(data: ml_collections.ConfigDict, split: str, cache_dir: str) -> list[dict]:
+    """Examples of `split` ('train' | 'validation') from config.data.source."""
+    if data.source == "synthetic":
+        return squad.load_squad(_synthetic_file(data, cache_dir, split))
+    if data.source == "json":
+        path = data.train_file if split == "train" else data.eval_file
+        if not path:
+            key = "train_file" if split == "train" else "eval_file"
+            raise ValueError(f"config.data.{key} is empty; give a SQuAD JSON file")
+        return squad.load_squad(path)
+    if data.source == "tfds":
+        return squad.load_squad(f"squad/v{data.version}", split, data_dir=data.tfds_data_dir)
+    raise ValueError(
+        f"config.data.source must be 'synthetic', 'json' or 'tfds', got {data.source!r}")
+
+
+class SquadTask(Task):
+    def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+        super().__init__(config, workdir)
+        data = config.data
+        cache_dir = (os.path.expanduser(data.cache_dir) if data.cache_dir
+                     else os.path.join(workdir, "data"))
+        self.train_examples = load_examples(data, "train", cache_dir)
+        self.eval_examples = load_examples(data, "validation", cache_dir)
+        contexts = sorted({ex["context"] for ex in self.train_examples})
+        questions = [ex["question"] for ex in self.train_examples]
+        self.tokenizer = tokenizers.from_config(data, cache_dir, [contexts + questions])
+        window = dict(max_seq_length=data.seq_len, doc_stride=data.doc_stride,
+                      max_query_length=data.max_query_length, is_training=True)
+        self.train_rows = self._rows(squad.featurize(self.train_examples, self.tokenizer,
+                                                     **window))
+        # Eval windows carry labels too (the windows are identical either way) for eval loss.
+        self.eval_features = squad.featurize(self.eval_examples, self.tokenizer, **window)
+        self.eval_rows = self._rows(self.eval_features)
+        model_kw = {k: v for k, v in config.model.to_dict().items() if k != "size"}
+        self.model_config = bert.config_for_size(
+            config.model.size, vocab_size=self.tokenizer.vocab_size,
+            max_position_embeddings=max(data.seq_len, model_kw.pop("max_position_embeddings")),
+            **model_kw)
+        self.model = bert.BertForQuestionAnswering(self.model_config)
+
+    @staticmethod
+    def _rows(features: dict) -> dict[str, np.ndarray]:
+        rows = {k: features[k] for k in _INPUTS + ("start_positions", "end_positions")}
+        rows["example_weight"] = np.ones(len(features["input_ids"]), np.float32)
+        return rows
+
+    def pretrained_subtree(self) -> str:
+        return "bert"  # a pretraining checkpoint's encoder; the span head starts fresh
+
+    def init_batch(self) -> Batch:
+        return {k: np.zeros((self.config.data.batch_size,) + v.shape[1:], v.dtype)
+                for k, v in self.train_rows.items()}
+
+    def model_inputs(self, batch: Batch) -> dict:
+        return {k: batch[k] for k in _INPUTS}
+
+    def _logits(self, params, batch, rng, train):
+        start, end = self.model.apply({"params": params}, **self.model_inputs(batch),
+                                      deterministic=not train,
+                                      rngs={"dropout": rng} if train else {})
+        # Padding positions are never answers.
+        valid = batch["attention_mask"] > 0
+        return jnp.where(valid, start, -1e9), jnp.where(valid, end, -1e9)
+
+    def loss_fn(self, params, batch, rng, train: bool):
+        start, end = self._logits(params, batch, rng, train)
+        s = cross_entropy_sums(start, batch["start_positions"], batch["example_weight"])
+        e = cross_entropy_sums(end, batch["end_positions"], batch["example_weight"])
+        return {"loss_sum": (s["loss_sum"] + e["loss_sum"]) / 2, "weight_sum": s["weight_sum"],
+                "start_correct_sum": s["correct_sum"], "end_correct_sum": e["correct_sum"]}
+
+    def predict(self, params, batch):
+        start, end = self._logits(params, batch, None, False)
+        return {"start_logits": start, "end_logits": end}
+
+    def summarize(self, sums):
+        n = max(sums["weight_sum"], 1.0)
+        return {"loss": sums["loss_sum"] / n, "start_accuracy": sums["start_correct_sum"] / n,
+                "end_accuracy": sums["end_correct_sum"] / n}
+
+    def score_predictions(self, outputs: dict[str, np.ndarray]) -> dict[str, float]:
+        """Official EM/F1 of the eval split from the window logits; writes the official files."""
+        n = len(self.eval_features["input_ids"])
+        version_2 = self.config.data.version == "2.0"
+        predictions, nbest, null_odds = squad_eval.postprocess(
+            self.eval_examples, self.eval_features, outputs["start_logits"][:n],
+            outputs["end_logits"][:n], n_best_size=self.config.eval.n_best_size,
+            max_answer_length=self.config.eval.max_answer_length, version_2=version_2,
+            null_score_diff_threshold=self.config.eval.null_score_diff_threshold)
+        dataset = _as_dataset(self.eval_examples)
+        metrics = squad_eval.evaluate(dataset, predictions, na_probs=null_odds if version_2
+                                      else None, version="2.0" if version_2 else "1.1")
+        squad_eval.write_predictions(os.path.join(self.workdir, "predictions"), predictions,
+                                     nbest, null_odds if version_2 else None)
+        with open(os.path.join(self.workdir, "predictions", "metrics.json"), "w") as f:
+            json.dump(metrics, f, indent=2)
+        return {k: float(v) for k, v in metrics.items()}
+
+    def train_batches(self, process_index: int, process_count: int):
+        return lm_pipeline.train_iterator(self.train_rows, self.config.data.batch_size,
+                                          self.config.data.seed, process_index, process_count)
+
+    def eval_batches(self, process_index: int, process_count: int):
+        return lm_pipeline.eval_batches(self.eval_rows, self.config.data.eval_batch_size,
+                                        process_index, process_count)
+
+    def tokens_per_batch(self) -> int:
+        return self.config.data.batch_size * self.config.data.seq_len
+
+    def flops_per_token(self) -> float:
+        return bert.flops_per_token(self.model_config, self.config.data.seq_len, 0)
+
+    def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
+        cfg = self.model_config
+        return dry_run.transformer_activation_bytes(
+            per_device_batch, self.config.data.seq_len, cfg.hidden_size, cfg.num_heads,
+            cfg.num_layers, cfg.intermediate_size, jnp.dtype(cfg.dtype).itemsize, cfg.remat,
+            tensor_parallel)
+
+
+def _as_dataset(examples: list[dict]) -> list[dict]:
+    """The official `data` list rebuilt from loaded examples (those the loader kept)."""
+    return [{"title": "", "paragraphs": [{"context": ex["context"], "qas": [{
+        "id": ex["id"], "question": ex["question"], "answers": ex["answers"],
+        "is_impossible": ex["is_impossible"]}]}]} for ex in examples]
