@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from zoo.data import squad, synthetic, tokenizers, wordpiece
+from zoo.data import squad, synthetic, synthetic_squad, tokenizers, wordpiece
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 # The consequences the generator must not ask about as unanswerable, restated here: a stated
@@ -32,13 +32,13 @@ def documents(world):
 
 @pytest.fixture(scope="module")
 def v2(world, documents):
-    return synthetic.squad_dataset(world, documents, seed=0, version="2.0")
+    return synthetic_squad.squad_dataset(world, documents, seed=0, version="2.0")
 
 
 @pytest.fixture(scope="module")
 def v2_path(v2, tmp_path_factory):
     path = tmp_path_factory.mktemp("squad") / "synthetic-v2.0.json"
-    synthetic.write_squad_json(path, v2)
+    synthetic_squad.write_squad_json(path, v2)
     return str(path)
 
 
@@ -79,7 +79,7 @@ def _questions(dataset):
 
 _PARSERS = [
     (re.compile("^" + re.escape(t).replace(re.escape("{s}"), "(?P<s>[A-Z][a-z]+)") + "$"), r)
-    for r, templates in synthetic.QUESTION_TEMPLATES.items() for t in templates
+    for r, templates in synthetic_squad.QUESTION_TEMPLATES.items() for t in templates
 ]
 
 
@@ -94,16 +94,16 @@ def _parse(question):
 
 
 def test_generator_is_deterministic_with_unique_ids(world, documents, v2):
-    assert synthetic.squad_dataset(world, documents, seed=0, version="2.0") == v2
-    other = synthetic.squad_dataset(world, documents, seed=1, version="2.0")
+    assert synthetic_squad.squad_dataset(world, documents, seed=0, version="2.0") == v2
+    other = synthetic_squad.squad_dataset(world, documents, seed=1, version="2.0")
     assert [qa["question"] for _, _, qa in _questions(other)] != [
         qa["question"] for _, _, qa in _questions(v2)]
     ids = [qa["id"] for _, _, qa in _questions(v2)]
     assert len(ids) == len(set(ids)) > 300
     assert all(re.fullmatch(r"[0-9a-f]{24}", i) for i in ids)
-    templates = [t for ts in synthetic.QUESTION_TEMPLATES.values() for t in ts]
+    templates = [t for ts in synthetic_squad.QUESTION_TEMPLATES.values() for t in ts]
     assert len(templates) == len(set(templates))  # a question names its relation
-    assert set(synthetic.QUESTION_TEMPLATES) == set(synthetic.RELATIONS)
+    assert set(synthetic_squad.QUESTION_TEMPLATES) == set(synthetic.RELATIONS)
 
 
 def test_answerable_questions_ask_for_stated_facts_at_exact_offsets(world, documents, v2):
@@ -159,19 +159,19 @@ def test_v2_mixes_answerable_and_really_unanswerable_questions(world, documents,
 
 
 def test_v1_is_answerable_only_in_the_v1_format(world, documents):
-    v1 = synthetic.squad_dataset(world, documents[:10], seed=0, version="1.1")
+    v1 = synthetic_squad.squad_dataset(world, documents[:10], seed=0, version="1.1")
     assert v1["version"] == "1.1"
     qas = [qa for _, _, qa in _questions(v1)]
     assert qas and all(set(qa) == {"id", "question", "answers"} and qa["answers"] for qa in qas)
     with pytest.raises(ValueError, match="version"):
-        synthetic.squad_dataset(world, documents, version="v3")
+        synthetic_squad.squad_dataset(world, documents, version="v3")
 
 
 def test_a_fact_stated_twice_has_two_gold_answers(world, documents):
     doc = documents[0]
     twice = synthetic.Document(doc.subject, doc.sentences + doc.sentences[:1])
     fact = doc.sentences[0].facts[0]
-    dataset = synthetic.squad_dataset(world, [twice], seed=0)
+    dataset = synthetic_squad.squad_dataset(world, [twice], seed=0)
     (qa,) = [qa for _, _, qa in _questions(dataset)
              if _parse(qa["question"]) == (fact.subject, fact.relation)]
     starts = sorted(a["answer_start"] for a in qa["answers"])
@@ -181,7 +181,7 @@ def test_a_fact_stated_twice_has_two_gold_answers(world, documents):
 
 
 def test_squad_splits_use_disjoint_paragraphs(tmp_path):
-    splits = synthetic.squad_splits(seed=1, version="2.0", num_entities=40)
+    splits = synthetic_squad.squad_splits(seed=1, version="2.0", num_entities=40)
     contexts = {k: {c for _, c, _ in _questions(v)} for k, v in splits.items()}
     ids = {k: {qa["id"] for _, _, qa in _questions(v)} for k, v in splits.items()}
     assert all(contexts.values()) and set(splits) == {"train", "validation", "test"}
@@ -213,7 +213,7 @@ def _write(tmp_path, dataset, name="bad.json"):
 
 @pytest.fixture
 def small(world, documents):
-    return synthetic.squad_dataset(world, documents[:4], seed=0, version="2.0")
+    return synthetic_squad.squad_dataset(world, documents[:4], seed=0, version="2.0")
 
 
 def test_malformed_json_names_file_line_and_column(tmp_path):
@@ -302,7 +302,7 @@ def test_tfds_squad_reads_like_the_json(tmp_path, world, documents):
     for version in ("1.1", "2.0"):
         for split, docs in (("train", documents[:6]), ("validation", documents[6:9])):
             path = tmp_path / f"{split}-v{version}.json"
-            synthetic.write_squad_json(path, synthetic.squad_dataset(world, docs, 0, version))
+            synthetic_squad.write_squad_json(path, synthetic_squad.squad_dataset(world, docs, 0, version))
             files[f"v{version}", split] = str(path)
 
     # TFDS's own squad builder and features, reading our files instead of downloading.

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zoo.data import lm_pipeline, squad, synthetic, tokenizers
+from zoo.data import lm_pipeline, squad, synthetic_squad, tokenizers
 from zoo.eval import squad as squad_eval
 from zoo.models import bert
 from zoo.tasks.base import Batch, Task
@@ -30,9 +30,9 @@ def _synthetic_file(data: ml_collections.ConfigDict, cache_dir: str, split: str)
     path = os.path.join(cache_dir, name)
     if not os.path.exists(path):
         os.makedirs(cache_dir, exist_ok=True)
-        splits = synthetic.squad_splits(data.seed, data.version, data.synthetic_entities)
+        splits = synthetic_squad.squad_splits(data.seed, data.version, data.synthetic_entities)
         tmp = f"{path}.tmp-{os.getpid()}"
-        synthetic.write_squad_json(tmp, splits[split])
+        synthetic_squad.write_squad_json(tmp, splits[split])
         os.replace(tmp, path)
     return path
 
