@@ -49,9 +49,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         batch_size=32,
         eval_batch_size=64,
     )
-    steps = ml_collections.FieldReference(1500 if tiny else 5500)
+    # Tiny: 2,500 steps at lr 2e-3 from the tiny pretraining run reach F1 86.6 on the synthetic
+    # v1.1 dev set (1,500 steps at 1e-3: 75.1).
+    steps = ml_collections.FieldReference(2500 if tiny else 5500)
     config.optim = default_optim_config()
-    config.optim.update(name="adamw", learning_rate=1e-3 if tiny else 3e-5,
+    config.optim.update(name="adamw", learning_rate=2e-3 if tiny else 3e-5,
                         warmup_steps=100 if tiny else 550, decay="linear", b1=0.9, b2=0.999,
                         eps=1e-6, weight_decay=0.01, clip_norm=1.0)
     config.optim.total_steps = steps
