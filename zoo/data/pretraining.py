@@ -40,6 +40,8 @@ from typing import NamedTuple
 import grain
 import numpy as np
 
+from zoo.data.batching import local_batch_size
+
 _FORMAT_VERSION = 1
 # Tags the dynamic-masking rng stream so it never coincides with another use of the same seed.
 _MASK_STREAM = 0x4D4C4D
@@ -709,15 +711,6 @@ def _corrupt(path: str, detail: str) -> ValueError:
 # Batches.
 
 
-def _check_batch(batch_size: int, process_count: int, key: str) -> int:
-    if batch_size < 1 or batch_size % process_count:
-        raise ValueError(
-            f"{key}={batch_size} must be a positive multiple of the process count "
-            f"{process_count}"
-        )
-    return batch_size // process_count
-
-
 def _features(source: PretrainingSource, index: int, seed: int, epoch: int) -> dict:
     row = source[index]
     if source.dynamic:
@@ -760,7 +753,7 @@ def train_iterator(
     GIL-bound numpy work, so grain's default (16 threads, 500 batches ahead) only burns memory
     and start-up time.
     """
-    local = _check_batch(batch_size, process_count, "config.data.batch_size")
+    local = local_batch_size(batch_size, process_count, "config.data.batch_size")
     if len(source) < batch_size:
         raise ValueError(
             f"config.data.batch_size={batch_size} exceeds the {len(source)} examples of "
@@ -788,7 +781,7 @@ def eval_batches(
     """One ordered pass; the last global batch is filled with all-zero rows (example_weight 0,
     masked_lm_weights 0) so shapes stay fixed. A dynamic source is masked as epoch 0 of `seed`.
     """
-    local = _check_batch(batch_size, process_count, "config.data.eval_batch_size")
+    local = local_batch_size(batch_size, process_count, "config.data.eval_batch_size")
     n = len(source)
     if n == 0:
         return []

@@ -1,6 +1,7 @@
 """The contract between a task and the one training loop (zoo.train.loop)."""
 
 import abc
+import os
 from collections.abc import Iterable, Iterator
 
 import flax.linen as nn
@@ -23,6 +24,12 @@ class Task(abc.ABC):
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         self.config = config
         self.workdir = workdir
+
+    def data_cache_dir(self) -> str:
+        """Where prepared data and trained tokenizers are cached: config.data.cache_dir (shared
+        between runs, e.g. two pretraining phases and a fine-tuning run), else <workdir>/data."""
+        cache_dir = self.config.data.get("cache_dir", "")
+        return os.path.expanduser(cache_dir) if cache_dir else os.path.join(self.workdir, "data")
 
     @abc.abstractmethod
     def init_batch(self) -> Batch:

@@ -9,7 +9,7 @@ import ml_collections
 import numpy as np
 
 from zoo import decoding
-from zoo.data import lm_pipeline, tokenizers
+from zoo.data import batching, lm_pipeline, tokenizers
 from zoo.data.tokenizers import BOS_ID
 from zoo.models import gpt
 from zoo.tasks.base import Batch, Task
@@ -54,13 +54,13 @@ class LanguageModelTask(Task):
         )
 
     def train_batches(self, process_index: int, process_count: int):
-        return lm_pipeline.train_iterator(
+        return batching.train_iterator(
             self.train_rows, self.config.data.batch_size, self.config.data.seed,
             process_index, process_count,
         )
 
     def eval_batches(self, process_index: int, process_count: int):
-        return lm_pipeline.eval_batches(
+        return batching.eval_batches(
             self.eval_rows, self.config.data.eval_batch_size, process_index, process_count
         )
 

@@ -8,7 +8,6 @@ token/example ratio.
 """
 
 import math
-import os
 
 import jax
 import jax.numpy as jnp
@@ -22,15 +21,11 @@ from zoo.train import dry_run
 from zoo.train.losses import cross_entropy_sums
 
 
-def _cache_dir(data: ml_collections.ConfigDict, workdir: str) -> str:
-    return os.path.expanduser(data.cache_dir) if data.cache_dir else os.path.join(workdir, "data")
-
-
 class PretrainingTask(Task):
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         super().__init__(config, workdir)
         data = config.data
-        cache_dir = _cache_dir(data, workdir)
+        cache_dir = self.data_cache_dir()
         train_docs = sources.load_documents(data, "train")
         eval_docs = sources.load_documents(data, "validation")
         # Cached beside the prepared data, so phases sharing cache_dir share the tokenizer.

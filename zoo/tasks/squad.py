@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zoo.data import lm_pipeline, squad, synthetic_squad, tokenizers
+from zoo.data import batching, squad, synthetic_squad, tokenizers
 from zoo.eval import squad as squad_eval
 from zoo.models import bert
 from zoo.tasks.base import Batch, Task
@@ -57,8 +57,7 @@ class SquadTask(Task):
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         super().__init__(config, workdir)
         data = config.data
-        cache_dir = (os.path.expanduser(data.cache_dir) if data.cache_dir
-                     else os.path.join(workdir, "data"))
+        cache_dir = self.data_cache_dir()
         self.train_examples = load_examples(data, "train", cache_dir)
         self.eval_examples = load_examples(data, "validation", cache_dir)
         contexts = sorted({ex["context"] for ex in self.train_examples})
@@ -137,11 +136,11 @@ class SquadTask(Task):
         return {k: float(v) for k, v in metrics.items()}
 
     def train_batches(self, process_index: int, process_count: int):
-        return lm_pipeline.train_iterator(self.train_rows, self.config.data.batch_size,
+        return batching.train_iterator(self.train_rows, self.config.data.batch_size,
                                           self.config.data.seed, process_index, process_count)
 
     def eval_batches(self, process_index: int, process_count: int):
-        return lm_pipeline.eval_batches(self.eval_rows, self.config.data.eval_batch_size,
+        return batching.eval_batches(self.eval_rows, self.config.data.eval_batch_size,
                                         process_index, process_count)
 
     def tokens_per_batch(self) -> int:
