@@ -21,9 +21,14 @@ tokenizer_config.json (tokenizer.json's normalizer). GPT-2's vocab.json + merges
 read: the project has no byte-level BPE tokenizer (GPT-2's pre-tokenizer needs Unicode property
 classes that Python's `re` lacks), so a GPT-2 directory loads with tokenizer None.
 
-google-research/bert TensorFlow checkpoints are not directories of this kind: read their
-variables with TensorFlow (`tf.train.load_variable`) into a name -> array dict and pass it to
-`zoo.convert.bert.params_from_tf_variables` with `config_from_hf(bert_config.json)`.
+google-research/bert directories load too (no TensorFlow needed): bert_config.json (or a
+config.json) + one TF checkpoint (bert_model.ckpt.index + .data-*, any prefix, e.g. a training
+run's model.ckpt-10000) + vocab.txt. zoo.convert.tf_checkpoint reads the checkpoint, its
+optimizer slots and global_step are skipped, and zoo.convert.bert.params_from_tf_variables
+converts the rest; the model (pretraining, SQuAD or classifier head, or none) follows from the
+variable names. google-research has no tokenizer_config.json (do_lower_case is a command-line
+flag there): the vocabulary decides, cased when any token but the [bracketed] specials has an
+uppercase letter (as its cased_* vocabularies do). A directory with HF weights is read as HF's.
 
 Example:
   model, params, config, tokenizer = load_pretrained("bert-base-uncased-squad/")
@@ -44,6 +49,7 @@ import numpy as np
 
 from zoo.convert import bert as bert_convert
 from zoo.convert import gpt2 as gpt2_convert
+from zoo.convert import tf_checkpoint
 from zoo.data.wordpiece import CONTINUATION, WordPieceTokenizer
 from zoo.models import bert, gpt
 
@@ -66,7 +72,8 @@ TORCH_FILE = "pytorch_model.bin"
 # In HF's order of preference: safetensors first, sharded after single files.
 _WEIGHTS_FILES = (SAFETENSORS_FILE, SAFETENSORS_FILE + ".index.json", TORCH_FILE,
                   TORCH_FILE + ".index.json")
-_TF_FILES = ("tf_model.h5", "model.ckpt.index", "flax_model.msgpack")
+_TF_FILES = ("tf_model.h5", "flax_model.msgpack")  # Keras / Flax weights: not read
+GOOGLE_CONFIG_FILE = "bert_config.json"
 VOCAB_FILE = "vocab.txt"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 TOKENIZER_FILE = "tokenizer.json"
@@ -80,11 +87,13 @@ _TIED_COPIES = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias"
 
 def load_pretrained(path: str | os.PathLike, **overrides: Any
                     ) -> tuple[nn.Module, dict[str, Any], Any, WordPieceTokenizer | None]:
-    """Loads a Hugging Face BERT or GPT-2 checkpoint directory as a zoo model.
+    """Loads a Hugging Face BERT or GPT-2 checkpoint directory, or a google-research/bert
+    TensorFlow one, as a zoo model.
 
     Args:
-      path: the directory (config.json, model.safetensors or pytorch_model.bin, tokenizer
-        files).
+      path: the directory: config.json, model.safetensors or pytorch_model.bin, tokenizer
+        files; or google-research's bert_config.json, <prefix>.index + <prefix>.data-*,
+        vocab.txt (see the module docstring).
       **overrides: config choices the checkpoint does not make (dropout_rate,
         attention_dropout_rate, backend, scan_layers, remat, dtype, param_dtype), as in
         zoo.convert.bert.config_from_hf / zoo.convert.gpt2.config_from_hf.
@@ -96,10 +105,11 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any
       and always None for GPT-2 (see the module docstring).
 
     Raises:
-      FileNotFoundError: no such directory, no config.json or no weights file.
+      FileNotFoundError: no such directory, no config.json (bert_config.json) or no weights
+        file, or a TF checkpoint's missing .data shard.
       ValueError: an unsupported model_type / architecture (the message lists the supported
-        ones), a config our models cannot represent, or weights that are corrupt or do not fit
-        the config (the message names the file).
+        ones), a config our models cannot represent, weights that are corrupt or do not fit
+        the config (the message names the file), or several TF checkpoints in one directory.
       ImportError: safetensors (or torch, for pytorch_model.bin) is not installed.
     """
     root = Path(path)
@@ -108,6 +118,16 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any
             f"load_pretrained: {root} is not a directory; give a Hugging Face checkpoint "
             f"directory ({CONFIG_FILE} + {SAFETENSORS_FILE} or {TORCH_FILE})"
         )
+    if not any((root / name).is_file() for name in _WEIGHTS_FILES):
+        tf_indexes = tf_checkpoint.find_tf_checkpoints(root)
+        if tf_indexes:
+            return _load_google_bert(root, tf_indexes, overrides)
+        if (root / GOOGLE_CONFIG_FILE).is_file() and not (root / CONFIG_FILE).is_file():
+            raise FileNotFoundError(
+                f"load_pretrained: {root} has google-research/bert's {GOOGLE_CONFIG_FILE} but no "
+                "TensorFlow checkpoint (<prefix>.index + <prefix>.data-*, e.g. "
+                "bert_model.ckpt.index) and no Hugging Face weights"
+            )
     config_path = root / CONFIG_FILE
     hf_config = _read_json(config_path, "the model's Hugging Face config")
     family, head = _architecture(hf_config, config_path)
@@ -124,20 +144,83 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any
     # heads None (no architectures in config.json): the head the weights hold.
     params = _wrap(weights, bert_convert.params_from_hf, state_dict, config,
                    heads=False if head == "none" else head, num_labels=num_labels)
+    return _bert_model(config, params, head, hf_config), params, config, _bert_tokenizer(root)
+
+
+def _bert_model(config: bert.BertConfig, params: Mapping[str, Any], head: str | None,
+                hf_config: Mapping[str, Any]) -> nn.Module:
+    """The zoo BERT model of `head` (None: the head the params hold)."""
     if head is None:
         head = _bert_head_of(params)
     if head == "none":
-        model = bert.BertModel(config)
-    elif head == "pretraining":
-        model = bert.BertForPreTraining(config)
-    elif head == "question_answering":
-        model = bert.BertForQuestionAnswering(config)
-    else:
-        model = bert.BertForSequenceClassification(
-            config, params["classifier"]["bias"].shape[0],
-            dropout_rate=hf_config.get("classifier_dropout"),
+        return bert.BertModel(config)
+    if head == "pretraining":
+        return bert.BertForPreTraining(config)
+    if head == "question_answering":
+        return bert.BertForQuestionAnswering(config)
+    return bert.BertForSequenceClassification(
+        config, params["classifier"]["bias"].shape[0],
+        dropout_rate=hf_config.get("classifier_dropout"),
+    )
+
+
+def _load_google_bert(root: Path, indexes: list[Path], overrides: Mapping[str, Any]
+                      ) -> tuple[nn.Module, dict[str, Any], bert.BertConfig,
+                                 WordPieceTokenizer | None]:
+    """load_pretrained of a google-research/bert directory (see the module docstring)."""
+    if len(indexes) > 1:
+        raise ValueError(
+            f"load_pretrained: {root} holds {len(indexes)} TensorFlow checkpoints "
+            f"({', '.join(p.name for p in indexes)}); keep one in the directory (e.g. the "
+            "latest training step) or move the others out"
         )
-    return model, params, config, _bert_tokenizer(root)
+    index = indexes[0]
+    config_path = next((root / name for name in (GOOGLE_CONFIG_FILE, CONFIG_FILE)
+                        if (root / name).is_file()), None)
+    if config_path is None:
+        raise FileNotFoundError(
+            f"load_pretrained: {root} holds the TensorFlow checkpoint {index.name} but no "
+            f"{GOOGLE_CONFIG_FILE} (or {CONFIG_FILE}) describing its model; add the "
+            f"{GOOGLE_CONFIG_FILE} it was trained with"
+        )
+    hf_config = _read_json(config_path, "the model's BERT config")
+    head = None  # google-research's bert_config.json names no model: the variables decide
+    if hf_config.get("model_type") or hf_config.get("architectures"):
+        family, head = _architecture(hf_config, config_path)
+        if family != "bert":
+            raise ValueError(f"load_pretrained: {config_path} describes a {family} model, but "
+                             f"TensorFlow checkpoints ({index.name}) are read for BERT only")
+    config = _wrap(config_path, bert_convert.config_from_hf, hf_config, **overrides)
+    try:
+        # Adam slots and global_step would double or triple what is read, for nothing.
+        names = [name for name in tf_checkpoint.list_tf_checkpoint(index)
+                 if not bert_convert.TF_OPTIMIZER_VARIABLES.fullmatch(name)]
+        variables = tf_checkpoint.read_tf_checkpoint(index, names)
+    except FileNotFoundError as e:  # the reader's messages name the file
+        raise FileNotFoundError(f"load_pretrained: {e}") from e
+    except ValueError as e:
+        raise ValueError(f"load_pretrained: {e}") from e
+    num_labels = (bert_convert.num_labels_from_hf(hf_config)
+                  if head == "sequence_classification" else None)
+    params = _wrap(index, bert_convert.params_from_tf_variables, variables, config,
+                   heads=False if head == "none" else head, num_labels=num_labels)
+    vocab = root / VOCAB_FILE
+    lowercase = None
+    if vocab.is_file() and not (root / TOKENIZER_CONFIG_FILE).is_file():
+        lowercase = not _vocab_is_cased(vocab)
+    return (_bert_model(config, params, head, hf_config), params, config,
+            _bert_tokenizer(root, lowercase))
+
+
+def _vocab_is_cased(path: Path) -> bool:
+    """Whether a vocab.txt keeps case: any token besides [PAD]-style specials with a letter
+    that lowercasing changes."""
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            token = line.strip()
+            if not (token.startswith("[") and token.endswith("]")) and token != token.lower():
+                return True
+    return False
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
@@ -197,9 +280,9 @@ def _read_weights(root: Path) -> tuple[dict[str, Any], str]:
     found = [name for name in _WEIGHTS_FILES if (root / name).is_file()]
     if not found:
         other = [name for name in _TF_FILES if (root / name).exists()]
-        hint = (f" It has {', '.join(other)}: TensorFlow / Flax weights are not read here (a "
-                "google-research/bert checkpoint's variables go through "
-                "zoo.convert.bert.params_from_tf_variables)." if other else "")
+        hint = (f" It has {', '.join(other)}: Keras (TF2) / Flax weights are not read here; "
+                "google-research/bert's TF1 checkpoints (<prefix>.index + <prefix>.data-*, "
+                "through zoo.convert.bert.params_from_tf_variables) are." if other else "")
         raise FileNotFoundError(
             f"load_pretrained: {root} has no weights file: expected {SAFETENSORS_FILE} or "
             f"{TORCH_FILE} (or a sharded *.index.json).{hint}"
@@ -254,16 +337,18 @@ def _read_weights_file(path: Path) -> dict[str, Any]:
     return dict(state_dict)
 
 
-def _bert_tokenizer(root: Path) -> WordPieceTokenizer | None:
+def _bert_tokenizer(root: Path, lowercase: bool | None = None) -> WordPieceTokenizer | None:
     """The directory's WordPiece tokenizer: vocab.txt (+ tokenizer_config.json), else a
-    WordPiece tokenizer.json; None when it has neither."""
+    WordPiece tokenizer.json; None when it has neither. `lowercase` replaces HF's default
+    (True) when tokenizer_config.json does not say."""
     options_path = root / TOKENIZER_CONFIG_FILE
     options = _read_json(options_path, "tokenizer options") if options_path.is_file() else {}
     if (root / VOCAB_FILE).is_file():
         # HF's BertTokenizer defaults: uncased, accents follow lowercasing, CJK split.
         return WordPieceTokenizer.from_vocab_file(
             str(root / VOCAB_FILE),
-            lowercase=bool(options.get("do_lower_case", True)),
+            lowercase=bool(options.get("do_lower_case",
+                                       True if lowercase is None else lowercase)),
             strip_accents=options.get("strip_accents"),
             tokenize_chinese_chars=bool(options.get("tokenize_chinese_chars", True)),
         )

@@ -160,7 +160,8 @@ _HF_TIED = (
 _HF_BUFFERS = re.compile(r"(bert\.)?embeddings\.(position_ids|token_type_ids)")
 # TF checkpoints written during training also hold optimizer slots and the step counter
 # (google-research/bert's AdamWeightDecay: adam_m/adam_v; TF1 Adam: Adam/Adam_1/beta*_power).
-_TF_OPTIMIZER = re.compile(r".*/adam_[mv]|.*/Adam(_1)?|global_step|beta[12]_power")
+TF_OPTIMIZER_VARIABLES = re.compile(
+    r".*/adam_[mv]|.*/Adam(_1)?|global_step|beta[12]_power")
 # Key fragments that identify other families, for a useful error when one is passed by mistake.
 _OTHER_FAMILIES = (
     ("GPT-2", "attn.c_attn.weight", "zoo.convert.gpt2"),
@@ -462,7 +463,7 @@ def _hf_names(state_dict: Mapping[str, Any], heads: str | None) -> tuple[dict, s
 def _tf_names(variables: Mapping[str, Any], heads: str | None) -> tuple[dict, str]:
     given = {
         n.removesuffix(":0"): v for n, v in variables.items()
-        if not _TF_OPTIMIZER.fullmatch(n.removesuffix(":0"))
+        if not TF_OPTIMIZER_VARIABLES.fullmatch(n.removesuffix(":0"))
     }
     return _select_head(given, heads, "tf")
 
