@@ -66,9 +66,11 @@ def train_config(steps: ml_collections.FieldReference) -> ml_collections.ConfigD
             grad_accum_steps=1,  # micro-batches per step; the update equals one large batch
             nonfinite="skip",  # NaN/Inf loss or gradients: 'skip' the update, or 'stop'
             profile_steps="",  # 'START:STOP': a jax.profiler trace of those steps in workdir
-            peak_flops=0.0,
-            dry_run=False,
-            init_from="",  # a workdir whose latest params start this run (fresh optimizer)  # print mesh, per-device memory and FLOPs/step, then exit  # per-device peak FLOP/s for MFU where the device is not known
+            peak_flops=0.0,  # per-device peak FLOP/s for MFU where the device is not known
+            dry_run=False,  # print mesh, per-device memory and FLOPs/step, then exit
+            # Params that start this run (fresh optimizer, step 0): a zoo workdir's latest
+            # checkpoint, or a Hugging Face / google-research/bert checkpoint directory.
+            init_from="",
             seed=0,
             label_smoothing=0.0,
             tensorboard=True,

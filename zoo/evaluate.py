@@ -24,6 +24,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
     checkpointer.close()
     eval_step = loop.make_eval_step(setup)
     with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
+        setup.task.prepare(state.params)
         summary = loop.evaluate(setup.task, eval_step, state.params, setup.batch_sharding,
                                 loop.make_predict_step(setup))
     result = {"step": int(state.step), **summary, **setup.task.baselines()}

@@ -71,3 +71,31 @@ def test_every_optimizer_reduces_a_quadratic(name):
         updates, state = opt.update(grads, state, params)
         params = jax.tree.map(lambda p, u: p + u, params, updates)
     assert loss(params) < 0.5 * start
+
+
+def test_frozen_subtree_never_moves_and_has_no_optimizer_state():
+    params = {"bert": {"kernel": jnp.ones((3, 4))}, "classifier": {"kernel": jnp.ones((4, 2)),
+                                                                   "bias": jnp.zeros(2)}}
+    grads = jax.tree.map(lambda x: jnp.full_like(x, 100.0), params)
+    opt = optim.make_optimizer(_cfg(learning_rate=0.1, warmup_steps=0, clip_norm=1.0),
+                               frozen=("bert",))
+    state = opt.init(params)
+    updates, _ = opt.update(grads, state, params)
+    np.testing.assert_array_equal(updates["bert"]["kernel"], 0.0)
+    assert np.all(np.abs(np.asarray(updates["classifier"]["kernel"])) > 0)
+    # Adam moments exist only for the trainable head.
+    moment_sizes = sum(x.size for x in jax.tree.leaves(state) if x.ndim)
+    head_size = 4 * 2 + 2
+    assert moment_sizes == 2 * head_size, moment_sizes
+
+
+def test_frozen_subtree_is_left_out_of_the_clipping_norm():
+    params = {"bert": {"kernel": jnp.ones(4)}, "head": {"kernel": jnp.ones(1)}}
+    # The head's gradient alone has norm 0.5 < clip_norm 1: unclipped, so SGD moves it by
+    # exactly lr * 0.5. Counting bert's huge gradient would have scaled it down.
+    grads = {"bert": {"kernel": jnp.full(4, 1e3)}, "head": {"kernel": jnp.full(1, 0.5)}}
+    cfg = _cfg(name="sgd", learning_rate=1.0, warmup_steps=0, decay="constant", momentum=0.0,
+               clip_norm=1.0)
+    opt = optim.make_optimizer(cfg, frozen=("bert",))
+    updates, _ = opt.update(grads, opt.init(params), params)
+    np.testing.assert_allclose(updates["head"]["kernel"], [-0.5], rtol=1e-6)

@@ -5,7 +5,7 @@ Every global batch is the same whatever the process count: the (seeded, per-epoc
 order of rows is global, and each process takes its contiguous slice of each global batch.
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import grain
 import numpy as np
@@ -46,8 +46,13 @@ def train_iterator(
     seed: int,
     process_index: int = 0,
     process_count: int = 1,
+    transform: Callable[[dict], dict] | None = None,
 ) -> Iterator[dict[str, np.ndarray]]:
-    """Endless, checkpointable (grain get_state/set_state) iterator of process-local batches."""
+    """Endless, checkpointable (grain get_state/set_state) iterator of process-local batches.
+
+    `transform` maps each process-local batch as it is drawn (e.g. row indices -> features
+    computed after the iterator was made); the checkpointed position is unaffected.
+    """
     local = local_batch_size(batch_size, process_count, "config.data.batch_size")
     n = len(_Rows(rows))
     if n < batch_size:
@@ -62,6 +67,8 @@ def train_iterator(
         .batch(batch_size, drop_remainder=True)
         .map(lambda b: _local_slice(b, process_index, local))
     )
+    if transform is not None:
+        dataset = dataset.map(transform)
     # A few batches ahead on 2 threads: batching is GIL-bound numpy work, and grain's default
     # (16 threads, 500 batches ahead) only costs memory and start-up time.
     options = grain.ReadOptions(num_threads=2, prefetch_buffer_size=8)

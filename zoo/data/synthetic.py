@@ -21,8 +21,9 @@ Why it looks like this:
   * word2vec: entities of one type only ever fill the same template slots, so their contexts
     match and nearest neighbours recover the type.
 
-Other synthetic tasks (e.g. arithmetic in Chinese numerals -> English for translation) belong here
-as separate generator functions beside `generate_documents`.
+Task datasets built over this world live in modules of their own: zoo.data.synthetic_squad
+(question answering) and zoo.data.synthetic_classification (sentence and sentence-pair labels);
+zoo.data.synthetic_translation (Chinese-numeral arithmetic -> English) needs no world.
 
 Everything is keyed off an explicit seed through `random.Random`; no global RNG state is read and
 no set or dict is iterated in a hash-dependent order, so output is identical across processes.

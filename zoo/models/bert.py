@@ -361,6 +361,10 @@ class BertForQuestionAnswering(nn.Module):
 class BertForSequenceClassification(nn.Module):
     """BertModel plus a classifier over the pooled [CLS] vector: pooled -> dropout -> Dense.
 
+    `encode` (the encoder's pooled vector) and `classify` (the head on it) are also methods of
+    their own, so a frozen encoder can run without gradients and feature extraction can compute
+    the pooled vectors once and train only `classify` on them (zoo.tasks.classification).
+
     Attributes:
       config: the encoder.
       num_labels: classes (1 = a regression score, as HF).
@@ -372,7 +376,16 @@ class BertForSequenceClassification(nn.Module):
     num_labels: int
     dropout_rate: float | None = None
 
-    @nn.compact
+    def setup(self):
+        if self.num_labels < 1:
+            raise ValueError(
+                f"BertForSequenceClassification: num_labels must be >= 1, got {self.num_labels}"
+            )
+        rate = self.config.dropout_rate if self.dropout_rate is None else self.dropout_rate
+        self.bert = BertModel(self.config)
+        self.dropout = nn.Dropout(rate)
+        self.classifier = Dense(self.num_labels, ("embed", None), **_dtypes(self.config))
+
     def __call__(self, input_ids, token_type_ids, attention_mask, *, deterministic=True):
         """Class logits.
 
@@ -384,15 +397,18 @@ class BertForSequenceClassification(nn.Module):
         Returns:
           logits [B, num_labels], float32.
         """
-        if self.num_labels < 1:
-            raise ValueError(
-                f"BertForSequenceClassification: num_labels must be >= 1, got {self.num_labels}"
-            )
-        rate = self.config.dropout_rate if self.dropout_rate is None else self.dropout_rate
-        _, pooled = BertModel(self.config, name="bert")(
-            input_ids, token_type_ids, attention_mask, deterministic=deterministic
-        )
-        pooled = nn.Dropout(rate, name="dropout")(pooled, deterministic=deterministic)  # (B, H)
-        logits = Dense(self.num_labels, ("embed", None), name="classifier",
-                       **_dtypes(self.config))(pooled)  # (B, num_labels)
+        pooled = self.encode(input_ids, token_type_ids, attention_mask,
+                             deterministic=deterministic)
+        return self.classify(pooled, deterministic=deterministic)
+
+    def encode(self, input_ids, token_type_ids, attention_mask, *, deterministic=True):
+        """The pooled [CLS] vector [B, H] the classifier reads (config.dtype)."""
+        _, pooled = self.bert(input_ids, token_type_ids, attention_mask,
+                              deterministic=deterministic)
+        return pooled
+
+    def classify(self, pooled, *, deterministic=True):
+        """pooled [B, H] -> logits [B, num_labels] float32: the head alone."""
+        pooled = self.dropout(pooled, deterministic=deterministic)  # (B, H)
+        logits = self.classifier(pooled.astype(self.config.dtype))  # (B, num_labels)
         return nn.with_logical_constraint(logits.astype(jnp.float32), ("act_batch", None))

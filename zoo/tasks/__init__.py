@@ -11,6 +11,7 @@ _REGISTRY = {
     "lm": "zoo.tasks.lm:LanguageModelTask",
     "mlm_nsp": "zoo.tasks.mlm_nsp:PretrainingTask",
     "squad": "zoo.tasks.squad:SquadTask",
+    "classify": "zoo.tasks.classification:ClassificationTask",
 }
 
 

@@ -59,6 +59,15 @@ class Task(abc.ABC):
         """The params subtree config.train.init_from fills (None: all of them)."""
         return None
 
+    def frozen_subtrees(self) -> tuple[str, ...]:
+        """Top-level params subtrees the optimizer leaves unchanged (e.g. a frozen encoder)."""
+        return ()
+
+    def prepare(self, params) -> None:
+        """Called with the run's params (initialised, restored or loaded) before the first step
+        and before evaluation: the place for work that needs them once, such as extracting a
+        frozen encoder's features. Runs inside the mesh and logical-axis-rules context."""
+
     def init_params(self, rng: jax.Array):
         batch = self.init_batch()
         return self.model.init({"params": rng, "dropout": rng}, **self.model_inputs(batch))[

@@ -13,9 +13,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zoo.data import batching, squad, synthetic_squad, tokenizers
+from zoo.data import batching, squad, synthetic_squad
 from zoo.eval import squad as squad_eval
 from zoo.models import bert
+from zoo.tasks import bert_encoder
 from zoo.tasks.base import Batch, Task
 from zoo.train import dry_run
 from zoo.train.losses import cross_entropy_sums
@@ -62,7 +63,7 @@ class SquadTask(Task):
         self.eval_examples = load_examples(data, "validation", cache_dir)
         contexts = sorted({ex["context"] for ex in self.train_examples})
         questions = [ex["question"] for ex in self.train_examples]
-        self.tokenizer = tokenizers.from_config(data, cache_dir, [contexts + questions])
+        self.tokenizer = bert_encoder.tokenizer(config, cache_dir, contexts + questions)
         window = dict(max_seq_length=data.seq_len, doc_stride=data.doc_stride,
                       max_query_length=data.max_query_length, is_training=True)
         self.train_rows = self._rows(squad.featurize(self.train_examples, self.tokenizer,
@@ -70,11 +71,7 @@ class SquadTask(Task):
         # Eval windows carry labels too (the windows are identical either way) for eval loss.
         self.eval_features = squad.featurize(self.eval_examples, self.tokenizer, **window)
         self.eval_rows = self._rows(self.eval_features)
-        model_kw = {k: v for k, v in config.model.to_dict().items() if k != "size"}
-        self.model_config = bert.config_for_size(
-            config.model.size, vocab_size=self.tokenizer.vocab_size,
-            max_position_embeddings=max(data.seq_len, model_kw.pop("max_position_embeddings")),
-            **model_kw)
+        self.model_config = bert_encoder.encoder_config(config, self.tokenizer.vocab_size)
         self.model = bert.BertForQuestionAnswering(self.model_config)
 
     @staticmethod

@@ -69,7 +69,7 @@ def build(config: ml_collections.ConfigDict, workdir: str, devices=None) -> Setu
     mesh = partitioning.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor,
                                   devices=devices)
     rules = _rules(config)
-    optimizer = optim.make_optimizer(config.optim)
+    optimizer = optim.make_optimizer(config.optim, frozen=task.frozen_subtrees())
 
     def init_state(rng):
         params_rng, state_rng = jax.random.split(rng)
@@ -170,6 +170,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
         state = checkpointer.restore(state, batches)
     elif train_cfg.init_from:
         state = _init_params_from(train_cfg.init_from, state, task.pretrained_subtree())
+    with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
+        task.prepare(state.params)
     start, total = int(state.step), train_cfg.steps
     writer = metrics_lib.MetricsWriter(workdir, tensorboard=train_cfg.tensorboard)
     progress = metrics_lib.Progress(
@@ -243,7 +245,11 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
 def _init_params_from(workdir: str, state: TrainState, subtree: str | None = None
                       ) -> TrainState:
     """Starts a run from another run's latest params (e.g. BERT phase 2 from phase 1), or only
-    their `subtree` (e.g. the 'bert' encoder under a new task head)."""
+    their `subtree` (e.g. the 'bert' encoder under a new task head). `workdir` may also be a
+    Hugging Face or google-research/bert checkpoint directory (zoo.hf.load_pretrained)."""
+    if any(os.path.isfile(os.path.join(workdir, name))
+           for name in ("config.json", "bert_config.json")):
+        return state.replace(params=_pretrained_params(workdir, state.params, subtree))
     source = Checkpointer(workdir)
     if source.latest_step() is None:
         raise FileNotFoundError(
@@ -260,6 +266,39 @@ def _init_params_from(workdir: str, state: TrainState, subtree: str | None = Non
               flush=True)
     source.close()
     return state.replace(params=params)
+
+
+def _pretrained_params(directory: str, params, subtree: str | None):
+    """`params` with `subtree` (or all of them) replaced by a pretrained checkpoint's, each
+    array placed on the sharding of the parameter it replaces."""
+    from zoo import hf  # torch/safetensors readers load only when a run asks for them
+
+    _, loaded, _, _ = hf.load_pretrained(directory)
+    if subtree is not None:
+        # A checkpoint with a head holds the encoder under `subtree` ('bert'); a bare encoder
+        # (BertModel) is the subtree itself.
+        loaded = loaded.get(subtree, loaded)
+    target = params if subtree is None else params[subtree]
+    where = f"config.train.init_from={directory!r}"
+    if jax.tree.structure(loaded) != jax.tree.structure(target):
+        raise ValueError(
+            f"{where}: the checkpoint's parameters do not match this model's "
+            f"{subtree or 'parameters'} (a different architecture or head)")
+    mismatched = [
+        f"{jax.tree_util.keystr(path)}: checkpoint {np.shape(a)} vs model {b.shape}"
+        for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(loaded),
+                                jax.tree.leaves(target))
+        if np.shape(a) != b.shape]
+    if mismatched:
+        raise ValueError(f"{where}: shapes differ from this model's: {mismatched[:3]}; the "
+                         "model config must be the checkpoint's")
+    placed = jax.tree.map(lambda a, b: jax.device_put(np.asarray(a, b.dtype), b.sharding),
+                          loaded, target)
+    if jax.process_index() == 0:
+        print(f"initialised {subtree or 'params'} from {directory}", flush=True)
+    if subtree is None:
+        return placed
+    return {**params, subtree: placed}
 
 
 def print_samples(task, params) -> None:

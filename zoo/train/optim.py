@@ -54,8 +54,28 @@ def decay_mask(params):
     return jax.tree_util.tree_map_with_path(wants_decay, params)
 
 
-def make_optimizer(cfg: ml_collections.ConfigDict) -> optax.GradientTransformation:
-    """The optimizer named by `cfg.name` with clipping and the schedule of make_schedule."""
+def make_optimizer(cfg: ml_collections.ConfigDict, frozen: tuple[str, ...] = ()
+                   ) -> optax.GradientTransformation:
+    """The optimizer named by `cfg.name` with clipping and the schedule of make_schedule.
+
+    `frozen`: top-level params subtrees (e.g. ('bert',) for a frozen encoder) that never change:
+    their updates are zero, they carry no optimizer state (no Adam moments for a frozen BERT) and
+    they do not count toward the clipping norm.
+    """
+    opt = _base_optimizer(cfg)
+    if not frozen:
+        return opt
+
+    def labels(params):
+        def label(path, _):
+            return "frozen" if path[0].key in frozen else "train"
+
+        return jax.tree_util.tree_map_with_path(label, params)
+
+    return optax.multi_transform({"train": opt, "frozen": optax.set_to_zero()}, labels)
+
+
+def _base_optimizer(cfg: ml_collections.ConfigDict) -> optax.GradientTransformation:
     schedule = make_schedule(cfg)
     name = cfg.name
     if name == "adamw":

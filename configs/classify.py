@@ -1,0 +1,78 @@
+"""Fine-tune BERT on sentence(-pair) classification, GLUE style.
+
+    python train.py --config=configs/classify.py:size=tiny,strategy=full --workdir=DIR \\
+        --config.train.init_from=PRETRAIN_WORKDIR --config.data.cache_dir=PRETRAIN_CACHE
+    python eval.py  --config=configs/classify.py:size=tiny --workdir=DIR
+
+Variants: size = tiny | mini | small | medium | base | large; strategy = full | frozen |
+features (seed 001's three ways to use a pretrained encoder: fine-tune everything; freeze the
+encoder and train the classifier; extract the encoder's features once and train the classifier
+on them); task = fact_check (synthetic sentence pairs: entailment / contradiction / neutral) |
+relation (synthetic single sentences: which of 19 relations a sentence states).
+
+Your own data: --config.data.source=files --config.data.train_file=train.tsv
+--config.data.eval_file=dev.tsv (GLUE TSV with a header, or .jsonl); the text columns are
+auto-detected from GLUE's names (sentence, sentence1/sentence2, question1/question2,
+premise/hypothesis, ...) or named by config.data.text_a / text_b / label. init_from may also
+be a Hugging Face or google-research/bert directory (e.g. a local bert-base-uncased): its
+config and vocab.txt then define the encoder and the tokenizer.
+"""
+
+import ml_collections
+
+from configs import common
+from zoo.train.optim import default_optim_config
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    variant = common.parse_arg(arg, size="tiny", strategy="full", task="fact_check")
+    tiny = variant.size == "tiny"
+    config = ml_collections.ConfigDict()
+    config.task = "classify"
+    config.model = dict(
+        size=variant.size, max_position_embeddings=128 if tiny else 512,
+        dropout_rate=0.0 if tiny else 0.1, attention_dropout_rate=0.0 if tiny else 0.1,
+        backend="einsum", scan_layers=not tiny, remat="none",
+        dtype="float32" if tiny else "bfloat16", param_dtype="float32",
+    )
+    config.finetune = dict(
+        strategy=variant.strategy,  # full | frozen | features
+        classifier_dropout=0.1,
+    )
+    config.data = dict(
+        source="synthetic",  # synthetic | files
+        synthetic_task=variant.task,  # fact_check | relation
+        seed=0,
+        synthetic_entities=2000,
+        train_file="",  # files source: GLUE-style .tsv (header row) or .jsonl
+        eval_file="",
+        text_a="",  # column / key of the first text; '' = the first GLUE name present
+        text_b="",  # second text; '' = auto-detect, 'none' = single sentence
+        label="label",
+        labels="",  # comma-separated label list (fixes the order); '' = sorted train labels
+        tokenizer="",  # a vocab.txt / .model; '' = the init_from directory's, else trained
+        tokenizer_type="bpe",
+        vocab_size=2048 if tiny else 30522,
+        lowercase=True,
+        cache_dir="",  # '' = <workdir>/data
+        seq_len=128,
+        batch_size=32,
+        eval_batch_size=64,
+    )
+    # From the tiny pretraining run, measured on the synthetic validation split: fact_check
+    # full 59.9% accuracy after 1,000 steps (frozen / features: 39.5%; majority class 33.3%);
+    # relation features 85.6% after 600 steps, full 100% (majority 23.2%).
+    # A frozen encoder leaves only the classifier to fit: a larger step size suits it.
+    head_only = variant.strategy != "full"
+    steps = ml_collections.FieldReference(1000 if tiny else 3000)
+    config.optim = default_optim_config()
+    config.optim.update(name="adamw", learning_rate=(1e-2 if head_only else 1e-3) if tiny
+                        else (1e-3 if head_only else 2e-5),
+                        warmup_steps=100 if tiny else 300, decay="linear", b1=0.9, b2=0.999,
+                        eps=1e-6, weight_decay=0.01, clip_norm=1.0)
+    config.optim.total_steps = steps
+    config.train = common.train_config(steps)
+    config.train.update(eval_every=250, checkpoint_every=500, log_every=50,
+                        best_metric="accuracy", best_mode="max")
+    config.mesh = common.mesh_config()
+    return config

@@ -1,0 +1,159 @@
+"""Classification fine-tuning through the one loop: the three strategies of seed 001 train
+exactly what they claim, user TSV files, output files, and init from a pretrained directory."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from configs import bert_pretrain, classify as classify_config
+from zoo import evaluate, hf
+from zoo.data import synthetic_classification
+from zoo.train import loop
+from zoo.train.checkpoint import Checkpointer
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    root = tmp_path_factory.mktemp("classify")
+    config = bert_pretrain.get_config("size=tiny")
+    config.data.update(synthetic_entities=100, vocab_size=512, seq_len=64,
+                       cache_dir=str(root / "cache"), dupe_factor=1)
+    config.train.update(steps=4, eval_every=4, log_every=2, tensorboard=False)
+    loop.run(config, str(root / "pretrain"))
+    return root
+
+
+def _config(root, strategy, **train):
+    config = classify_config.get_config(f"size=tiny,strategy={strategy}")
+    config.data.update(synthetic_entities=100, vocab_size=512, cache_dir=str(root / "cache"),
+                       seq_len=64, batch_size=16, eval_batch_size=16)
+    config.train.update(dict(dict(steps=6, eval_every=6, log_every=1, checkpoint_every=6,
+                                  tensorboard=False, init_from=str(root / "pretrain")), **train))
+    return config
+
+
+def _final_params(config, workdir):
+    setup = loop.build(config, str(workdir))
+    return Checkpointer(str(workdir)).restore(setup.state).params
+
+
+def _leaves_equal(a, b) -> bool:
+    return all(np.array_equal(np.asarray(x), np.asarray(y))
+               for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def _train_losses(workdir):
+    records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
+    return np.array([r["loss"] for r in records if r["split"] == "train"])
+
+
+def test_strategies_train_exactly_what_they_claim(pretrained):
+    results = {}
+    for strategy in ("full", "frozen", "features"):
+        config = _config(pretrained, strategy)
+        workdir = pretrained / strategy
+        loop.run(config, str(workdir))
+        results[strategy] = _final_params(config, workdir)
+    start = loop.build(_config(pretrained, "full"), str(pretrained / "start"))
+    initial = loop._init_params_from(str(pretrained / "pretrain"), start.state, "bert").params
+    # full fine-tuning moves the encoder; frozen and features leave it bit-identical.
+    assert not _leaves_equal(results["full"]["bert"], initial["bert"])
+    for strategy in ("frozen", "features"):
+        assert _leaves_equal(results[strategy]["bert"], initial["bert"]), strategy
+        assert not _leaves_equal(results[strategy]["classifier"], initial["classifier"])
+
+
+def test_feature_extraction_equals_the_frozen_encoder(pretrained):
+    # Without dropout the two strategies compute the same function with the same data order:
+    # extracting features once must not change a single loss or parameter.
+    losses, params = {}, {}
+    for strategy in ("frozen", "features"):
+        config = _config(pretrained, strategy)
+        config.finetune.classifier_dropout = 0.0
+        workdir = pretrained / f"{strategy}_nodrop"
+        loop.run(config, str(workdir))
+        losses[strategy] = _train_losses(workdir)
+        params[strategy] = _final_params(config, workdir)["classifier"]
+    assert len(losses["frozen"]) == 6
+    np.testing.assert_allclose(losses["features"], losses["frozen"], rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(params["features"]), jax.tree.leaves(params["frozen"])):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+
+
+def test_eval_writes_predictions_and_reproduces_metrics(pretrained):
+    config = _config(pretrained, "full")
+    workdir = pretrained / "full_eval"
+    summary = loop.run(config, str(workdir))
+    assert {"loss", "accuracy", "f1", "mcc"} <= set(summary)
+    lines = open(workdir / "predictions" / "predictions.tsv").read().splitlines()
+    assert lines[0] == "id\tlabel\tprediction"
+    labels = {"entailment", "contradiction", "neutral"}
+    rows = [line.split("\t") for line in lines[1:]]
+    assert rows and all(r[1] in labels and r[2] in labels for r in rows)
+    accuracy = 100.0 * np.mean([r[1] == r[2] for r in rows])
+    assert accuracy == pytest.approx(summary["accuracy"], abs=1e-3)
+    again = evaluate.run(_config(pretrained, "full"), str(workdir))
+    assert again["accuracy"] == pytest.approx(summary["accuracy"], abs=1e-9)
+    assert "majority_accuracy" in again
+
+
+def test_user_jsonl_files_with_explicit_columns(pretrained, tmp_path):
+    splits = synthetic_classification.classification_splits(0, "relation", 100)
+    for split in ("train", "validation"):
+        rows = [{"sentence": ex["text_a"], "relation": ex["label"]} for ex in splits[split]]
+        with open(tmp_path / f"{split}.jsonl", "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+    config = _config(pretrained, "full", steps=2, eval_every=2, checkpoint_every=2)
+    config.data.update(source="files", train_file=str(tmp_path / "train.jsonl"),
+                       eval_file=str(tmp_path / "validation.jsonl"), label="relation")
+    summary = loop.run(config, str(tmp_path / "run"))
+    assert 0.0 <= summary["accuracy"] <= 100.0
+    config.data.label = "no_such_key"
+    with pytest.raises(ValueError, match="train.jsonl"):
+        loop.run(config, str(tmp_path / "bad"))
+
+
+def test_init_from_a_hugging_face_directory(pretrained, tmp_path):
+    """A pretrained directory (here: our pretraining exported with save_pretrained) defines
+    the encoder's architecture and the tokenizer, and its weights start the run."""
+    from zoo.data.wordpiece import WordPieceTokenizer
+    from zoo.models import bert
+
+    words = sorted({w for ex in synthetic_classification.classification_splits(0, "relation", 100)
+                    ["train"] for w in ex["text_a"].lower().replace(".", " .").split()})
+    tokenizer = WordPieceTokenizer(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + words)
+    model_config = bert.config_for_size("tiny", vocab_size=tokenizer.vocab_size,
+                                        max_position_embeddings=64)
+    model = bert.BertModel(model_config)
+    ids = np.zeros((1, 8), np.int32)
+    params = model.init(jax.random.key(3), ids)["params"]
+    directory = tmp_path / "hf_bert"
+    hf.save_pretrained(str(directory), model_config, params, tokenizer)
+
+    config = _config(pretrained, "frozen", steps=2, eval_every=2, checkpoint_every=2,
+                     init_from=str(directory))
+    config.data.synthetic_task = "relation"
+    run = tmp_path / "from_hf"
+    loop.run(config, str(run))
+    trained = _final_params(config, run)
+    # The frozen encoder is exactly the directory's weights.
+    assert _leaves_equal(trained["bert"], params)
+
+    config.data.seq_len = 128  # more positions than the checkpoint has
+    with pytest.raises(ValueError, match="max_position_embeddings"):
+        loop.run(config, str(tmp_path / "too_long"))
+
+
+def test_init_from_a_google_research_tf_checkpoint(pretrained, tmp_path):
+    directory = os.path.join(os.path.dirname(__file__), "convert", "fixtures", "google_bert_tiny")
+    _, expected, model_config, _ = hf.load_pretrained(directory)
+    config = _config(pretrained, "frozen", steps=2, eval_every=2, checkpoint_every=2,
+                     init_from=directory)
+    config.data.update(synthetic_task="relation", seq_len=model_config.max_position_embeddings)
+    run = tmp_path / "from_tf"
+    loop.run(config, str(run))
+    trained = _final_params(config, run)
+    assert _leaves_equal(trained["bert"], expected["bert"])

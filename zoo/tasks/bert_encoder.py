@@ -1,0 +1,73 @@
+"""The BERT encoder a fine-tuning task (SQuAD, classification) builds: its BertConfig and its
+tokenizer, from config.model.size and config.data, or from the pretrained checkpoint directory
+that config.train.init_from names (Hugging Face: config.json; google-research/bert:
+bert_config.json; either with its vocab.txt), so a local bert-base-uncased fine-tunes with the
+architecture and vocabulary it was trained with.
+"""
+
+import json
+import os
+
+import ml_collections
+
+from zoo.convert import bert as bert_convert
+from zoo.data import tokenizers
+from zoo.models import bert
+
+PRETRAINED_CONFIG_FILES = ("config.json", "bert_config.json")
+# Choices a checkpoint does not make; they come from config.model.
+_RUNTIME_FIELDS = ("dropout_rate", "attention_dropout_rate", "backend", "scan_layers", "remat",
+                   "dtype", "param_dtype")
+
+
+def pretrained_directory(config: ml_collections.ConfigDict) -> str | None:
+    """config.train.init_from when it is a pretrained checkpoint directory (not a zoo workdir)."""
+    path = config.train.get("init_from", "")
+    if path and any(os.path.isfile(os.path.join(path, f)) for f in PRETRAINED_CONFIG_FILES):
+        return path
+    return None
+
+
+def tokenizer(config: ml_collections.ConfigDict, cache_dir: str, texts) -> tokenizers.Tokenizer:
+    """config.data.tokenizer if given; else the pretrained directory's vocab.txt; else a
+    SentencePiece model trained on `texts` (cached in cache_dir, see tokenizers.from_config)."""
+    directory = pretrained_directory(config)
+    if directory and not config.data.tokenizer:
+        vocab = os.path.join(directory, "vocab.txt")
+        if not os.path.isfile(vocab):
+            raise FileNotFoundError(
+                f"config.train.init_from={directory!r} has no vocab.txt; the fine-tuning data "
+                "must be tokenized with the checkpoint's vocabulary: set config.data.tokenizer "
+                "to its vocab.txt"
+            )
+        return tokenizers.load_tokenizer(vocab, lowercase=config.data.get("lowercase", True))
+    return tokenizers.from_config(config.data, cache_dir, [texts])
+
+
+def encoder_config(config: ml_collections.ConfigDict, vocab_size: int) -> bert.BertConfig:
+    """The BertConfig for `vocab_size` tokens and config.data.seq_len positions."""
+    seq_len = config.data.seq_len
+    model_kw = {k: v for k, v in config.model.to_dict().items() if k != "size"}
+    directory = pretrained_directory(config)
+    if directory is None:
+        return bert.config_for_size(
+            config.model.size, vocab_size=vocab_size,
+            max_position_embeddings=max(seq_len, model_kw.pop("max_position_embeddings")),
+            **model_kw)
+    name = next(f for f in PRETRAINED_CONFIG_FILES if os.path.isfile(os.path.join(directory, f)))
+    path = os.path.join(directory, name)
+    with open(path, encoding="utf-8") as f:
+        hf_config = json.load(f)
+    result = bert_convert.config_from_hf(
+        hf_config, **{k: model_kw[k] for k in _RUNTIME_FIELDS if k in model_kw})
+    if result.vocab_size != vocab_size:
+        raise ValueError(
+            f"{path}: vocab_size {result.vocab_size} differs from the tokenizer's {vocab_size}; "
+            "fine-tune with the checkpoint's own vocab.txt (leave config.data.tokenizer empty)"
+        )
+    if seq_len > result.max_position_embeddings:
+        raise ValueError(
+            f"config.data.seq_len={seq_len} exceeds the checkpoint's max_position_embeddings="
+            f"{result.max_position_embeddings} ({path}); lower config.data.seq_len"
+        )
+    return result

@@ -1,0 +1,215 @@
+"""Sentence and sentence-pair classification (GLUE-style) with BertForSequenceClassification,
+under the three fine-tuning strategies of seed 001 (config.finetune.strategy):
+
+* 'full': every parameter trains (the BERT paper's fine-tuning).
+* 'frozen': the encoder is fixed (no gradient flows into it, no dropout in it, no optimizer
+  state for it) and only the classifier on its pooled [CLS] vector trains.
+* 'features': feature extraction. The frozen encoder's pooled vectors are computed once, before
+  the first step (Task.prepare), and the classifier trains on them; a step costs only the head.
+  Mathematically the same as 'frozen', at a fraction of the compute.
+
+Data: the synthetic world's labelled sets (zoo.data.synthetic_classification), written as TSV
+and read back through the same loader as a user's GLUE-style TSV / JSON Lines files.
+Evaluation: loss and accuracy, plus accuracy / F1 / Matthews correlation over the whole eval
+split, with <workdir>/predictions/predictions.tsv.
+"""
+
+import os
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from zoo.data import batching, classification, synthetic_classification
+from zoo.eval import classification as classification_eval
+from zoo.models import bert
+from zoo.tasks import bert_encoder
+from zoo.tasks.base import Batch, Task
+from zoo.train import dry_run
+from zoo.train.losses import cross_entropy_sums
+
+STRATEGIES = ("full", "frozen", "features")
+_INPUTS = ("input_ids", "token_type_ids", "attention_mask")
+
+
+def _synthetic_file(data: ml_collections.ConfigDict, cache_dir: str, split: str) -> str:
+    """Writes the synthetic task's split as TSV (once) and returns its path."""
+    name = (f"classify-{data.synthetic_task}-seed{data.seed}-{data.synthetic_entities}-"
+            f"{split}.tsv")
+    path = os.path.join(cache_dir, name)
+    if not os.path.exists(path):
+        os.makedirs(cache_dir, exist_ok=True)
+        splits = synthetic_classification.classification_splits(
+            data.seed, data.synthetic_task, data.synthetic_entities)
+        tmp = f"{path}.tmp-{os.getpid()}"
+        synthetic_classification.write_examples(tmp, splits[split], file_format="tsv")
+        os.replace(tmp, path)
+    return path
+
+
+def load_examples(data: ml_collections.ConfigDict, split: str, cache_dir: str) -> list[dict]:
+    """Labelled examples of `split` ('train' | 'validation') from config.data.source."""
+    if data.source == "synthetic":
+        path = _synthetic_file(data, cache_dir, split)
+    elif data.source == "files":
+        key = "train_file" if split == "train" else "eval_file"
+        path = data[key]
+        if not path:
+            raise ValueError(f"config.data.{key} is empty; give a GLUE-style .tsv or .jsonl file")
+    else:
+        raise ValueError(f"config.data.source must be 'synthetic' or 'files', got {data.source!r}")
+    return classification.read_examples(path, text_a=data.text_a, text_b=data.text_b,
+                                        label=data.label)
+
+
+class ClassificationTask(Task):
+    def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+        super().__init__(config, workdir)
+        self.strategy = config.finetune.strategy
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"config.finetune.strategy must be one of {STRATEGIES}, got "
+                             f"{self.strategy!r}")
+        data = config.data
+        cache_dir = self.data_cache_dir()
+        train_examples = load_examples(data, "train", cache_dir)
+        self.eval_examples = load_examples(data, "validation", cache_dir)
+        self.labels = classification.label_vocabulary(train_examples, data.labels)
+        texts = [t for ex in train_examples for t in (ex["text_a"], ex["text_b"]) if t]
+        self.tokenizer = bert_encoder.tokenizer(config, cache_dir, texts)
+        self.train_rows = self._rows(train_examples)
+        self.eval_rows = self._rows(self.eval_examples)
+        self.model_config = bert_encoder.encoder_config(config, self.tokenizer.vocab_size)
+        self.model = bert.BertForSequenceClassification(
+            self.model_config, len(self.labels), dropout_rate=config.finetune.classifier_dropout)
+        self._features: dict[str, np.ndarray] | None = None  # 'features' strategy, by split
+
+    def _rows(self, examples: list[dict]) -> dict[str, np.ndarray]:
+        features = classification.featurize(examples, self.tokenizer, self.config.data.seq_len,
+                                             self.labels)
+        rows = {k: features[k] for k in _INPUTS + ("label",)}
+        rows["example_weight"] = np.ones(len(examples), np.float32)
+        rows["row"] = np.arange(len(examples), dtype=np.int32)  # into the extracted features
+        return rows
+
+    def pretrained_subtree(self) -> str:
+        return "bert"
+
+    def frozen_subtrees(self) -> tuple[str, ...]:
+        return () if self.strategy == "full" else ("bert",)
+
+    def init_batch(self) -> Batch:
+        return {k: np.zeros((self.config.data.batch_size,) + v.shape[1:], v.dtype)
+                for k, v in self.train_rows.items()}
+
+    def model_inputs(self, batch: Batch) -> dict:
+        return {k: batch[k] for k in _INPUTS}
+
+    # ---- the three strategies --------------------------------------------------------------
+
+    def prepare(self, params) -> None:
+        """'features': runs the frozen encoder once over both splits."""
+        if self.strategy != "features":
+            return
+        encode = jax.jit(lambda p, b: self.model.apply(
+            {"params": p}, **self.model_inputs(b), method="encode", deterministic=True))
+        batch_size = self.config.data.eval_batch_size
+        self._features = {}
+        for split, rows in (("train", self.train_rows), ("validation", self.eval_rows)):
+            pooled = [np.asarray(encode(params, b), np.float32)
+                      for b in batching.eval_batches(rows, batch_size)]
+            self._features[split] = np.concatenate(pooled)[: len(rows["row"])]  # (N, H)
+        if jax.process_index() == 0:
+            print(f"extracted encoder features: {len(self.train_rows['row']):,} train and "
+                  f"{len(self.eval_rows['row']):,} eval examples", flush=True)
+
+    def _with_features(self, batch: Batch, split: str) -> Batch:
+        if self._features is None:
+            raise RuntimeError("the 'features' strategy draws batches only after prepare(params)")
+        return {"features": self._features[split][batch["row"]], "label": batch["label"],
+                "example_weight": batch["example_weight"]}
+
+    def _logits(self, params, batch, rng, train):
+        rngs = {"dropout": rng} if train else {}
+        if self.strategy == "full":
+            return self.model.apply({"params": params}, **self.model_inputs(batch),
+                                    deterministic=not train, rngs=rngs)
+        if self.strategy == "frozen":
+            # A fixed feature extractor: no gradient into it and no dropout inside it.
+            encoder_params = {"bert": jax.lax.stop_gradient(params["bert"])}
+            pooled = self.model.apply({"params": encoder_params}, **self.model_inputs(batch),
+                                      method="encode", deterministic=True)
+        else:
+            pooled = batch["features"]
+        return self.model.apply({"params": params}, pooled, method="classify",
+                                deterministic=not train, rngs=rngs)
+
+    # ---- loss and metrics ------------------------------------------------------------------
+
+    def loss_fn(self, params, batch, rng, train: bool):
+        logits = self._logits(params, batch, rng, train)
+        sums = cross_entropy_sums(logits, batch["label"], batch["example_weight"],
+                                  label_smoothing=self.config.train.label_smoothing if train
+                                  else 0.0)
+        return {k: sums[k] for k in ("loss_sum", "correct_sum", "weight_sum")}
+
+    def predict(self, params, batch):
+        return {"logits": self._logits(params, batch, None, False)}
+
+    def summarize(self, sums):
+        n = max(sums["weight_sum"], 1.0)
+        return {"loss": sums["loss_sum"] / n, "accuracy": 100.0 * sums["correct_sum"] / n}
+
+    def score_predictions(self, outputs: dict[str, np.ndarray]) -> dict[str, float]:
+        """Accuracy / F1 / MCC of the eval split; writes predictions/predictions.tsv."""
+        n = len(self.eval_examples)
+        predicted = np.argmax(outputs["logits"][:n], axis=-1)
+        metrics = classification_eval.classification_metrics(
+            self.eval_rows["label"], predicted, len(self.labels))
+        if jax.process_index() == 0:
+            directory = os.path.join(self.workdir, "predictions")
+            os.makedirs(directory, exist_ok=True)
+            with open(os.path.join(directory, "predictions.tsv"), "w", encoding="utf-8") as f:
+                f.write("id\tlabel\tprediction\n")
+                for ex, p in zip(self.eval_examples, predicted):
+                    f.write(f"{ex['id']}\t{ex['label']}\t{self.labels[p]}\n")
+        return {k: metrics[k] for k in ("f1", "mcc")}
+
+    def baselines(self) -> dict[str, float]:
+        """Accuracy of always predicting the training set's most frequent label."""
+        majority = np.bincount(self.train_rows["label"], minlength=len(self.labels)).argmax()
+        return {"majority_accuracy": 100.0 * float(np.mean(self.eval_rows["label"] == majority))}
+
+    # ---- data ------------------------------------------------------------------------------
+
+    def train_batches(self, process_index: int, process_count: int):
+        transform = ((lambda b: self._with_features(b, "train"))
+                     if self.strategy == "features" else None)
+        return batching.train_iterator(self.train_rows, self.config.data.batch_size,
+                                       self.config.data.seed, process_index, process_count,
+                                       transform=transform)
+
+    def eval_batches(self, process_index: int, process_count: int):
+        batches = batching.eval_batches(self.eval_rows, self.config.data.eval_batch_size,
+                                        process_index, process_count)
+        if self.strategy == "features":
+            return [self._with_features(b, "validation") for b in batches]
+        return batches
+
+    def tokens_per_batch(self) -> int:
+        return self.config.data.batch_size * self.config.data.seq_len
+
+    def flops_per_token(self) -> float:
+        full = bert.flops_per_token(self.model_config, self.config.data.seq_len, 0)
+        # Frozen: the encoder runs forward only (1 of the 3 units of forward + backward);
+        # features: only the head runs, so MFU is not meaningful.
+        return {"full": full, "frozen": full / 3, "features": 0.0}[self.strategy]
+
+    def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
+        if self.strategy != "full":
+            return 0.0  # no backward pass through the encoder
+        cfg = self.model_config
+        return dry_run.transformer_activation_bytes(
+            per_device_batch, self.config.data.seq_len, cfg.hidden_size, cfg.num_heads,
+            cfg.num_layers, cfg.intermediate_size, jnp.dtype(cfg.dtype).itemsize, cfg.remat,
+            tensor_parallel)
