@@ -1,6 +1,13 @@
 """Evaluates a trained workdir: python eval.py --config=configs/gpt.py:size=tiny --workdir=/tmp/gpt"""
 
-from zoo import cli, evaluate
+from zoo import cli, evaluate, pipeline
+
+
+def main(config, workdir):
+    if pipeline.is_pipeline(config):
+        return pipeline.evaluate_all(config, workdir)
+    return evaluate.run(config, workdir)
+
 
 if __name__ == "__main__":
-    cli.run(evaluate.run)
+    cli.run(main)

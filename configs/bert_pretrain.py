@@ -41,7 +41,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     batch, lr, num_steps, warmup = _RECIPES[(variant.optimizer, variant.phase)]
     if tiny:  # the offline CPU demo on the synthetic corpus
         seq_len, predictions = (64, 10) if variant.phase == 1 else (128, 20)
-        batch, lr, num_steps, warmup = 32, 2e-3, 1000, 60
+        batch, lr, num_steps, warmup = 32, 2e-3, 3000, 60
 
     config = ml_collections.ConfigDict()
     config.task = "mlm_nsp"

@@ -23,6 +23,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data = dict(
         common.source_config(),
         vocab_size=1024 if tiny else 32768,
+        cache_dir="",  # trained tokenizer; '' = <workdir>/data
         seq_len=64 if tiny else 1024,
         batch_size=32 if tiny else 512,
         eval_batch_size=32 if tiny else 512,

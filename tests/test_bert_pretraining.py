@@ -23,8 +23,10 @@ def _run(script, *args, check=True, devices=1):
 def phase1(tmp_path_factory):
     root = tmp_path_factory.mktemp("bert")
     workdir, cache = str(root / "phase1"), str(root / "cache")
+    # A third of the tiny recipe's 3,000 steps is enough to show learning (the full recipe runs
+    # in the Quickstart main job, tests/test_main_job.py).
     proc = _run("train.py", "--config=configs/bert_pretrain.py:size=tiny", f"--workdir={workdir}",
-                f"--config.data.cache_dir={cache}")
+                f"--config.data.cache_dir={cache}", "--config.train.steps=1000")
     return root, workdir, cache, proc.stdout
 
 
@@ -40,7 +42,7 @@ def test_tiny_bert_learns_mlm_and_nsp_well_above_chance(phase1):
 def test_eval_reports_mlm_and_nsp_accuracy(phase1):
     _, workdir, cache, _ = phase1
     proc = _run("eval.py", "--config=configs/bert_pretrain.py:size=tiny", f"--workdir={workdir}",
-                f"--config.data.cache_dir={cache}")
+                f"--config.data.cache_dir={cache}", "--config.train.steps=1000")
     result = json.load(open(os.path.join(workdir, "eval.json")))
     summary = json.load(open(os.path.join(workdir, "summary.json")))
     assert result["mlm_accuracy"] == pytest.approx(summary["mlm_accuracy"], rel=1e-6)

@@ -1,4 +1,7 @@
-"""The README's main job, end to end, as a user runs it: train.py then eval.py."""
+"""The README Quickstart's main job, as a user runs it on a fresh machine (one CPU device):
+pretrain tiny BERT, fine-tune it on the synthetic SQuAD set, report EM/F1, draw the curves.
+Its pretrained encoder then proves the other fine-tuning acceptance runs: SQuAD v2.0
+abstention and classification under each strategy of seed 001."""
 
 import json
 import os
@@ -7,68 +10,92 @@ import sys
 
 import pytest
 
+from configs import classify as classify_config
+from configs import squad as squad_config
+from zoo.train import loop
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUICKSTART = "--config=configs/quickstart.py"
 
 
-def _run(script, *args, check=True):
-    proc = subprocess.run(
-        [sys.executable, os.path.join(ROOT, script), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{script} failed:\n{proc.stdout}\n{proc.stderr[-4000:]}")
-    return proc
+def _run(script, *args):
+    # One device, as the README's command runs on a laptop (the suite itself fakes 8).
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        raise AssertionError(f"{script} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-4000:]}")
+    return proc.stdout
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    workdir = str(tmp_path_factory.mktemp("gpt"))
-    # 8 fake devices (inherited XLA_FLAGS): the default mesh puts all of them on `data`.
-    proc = _run("train.py", "--config=configs/gpt.py:size=tiny", f"--workdir={workdir}",
-                "--config.train.steps=150", "--config.train.log_every=50",
-                "--config.train.eval_every=150", "--config.train.checkpoint_every=75")
-    return workdir, proc.stdout
+def quickstart(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("quickstart")
+    stdout = _run("train.py", QUICKSTART, f"--workdir={workdir}",
+                  "--config.pretrain.train.tensorboard=False",
+                  "--config.squad.train.tensorboard=False")
+    return workdir, stdout
 
 
-def test_training_prints_progress_and_loss_falls(trained):
-    workdir, stdout = trained
-    assert "tok/s" in stdout and "ETA" in stdout and "step    150/150" in stdout
-    records = [json.loads(line) for line in open(os.path.join(workdir, "metrics.jsonl"))]
-    train = [r for r in records if r["split"] == "train"]
-    assert [r["step"] for r in train] == [50, 100, 150]
-    assert train[-1]["loss"] < train[0]["loss"] - 1.0
-    summary = json.load(open(os.path.join(workdir, "summary.json")))
-    # 150 CPU steps already beat a unigram model of the same tokens on held-out text by far:
-    # the model learned the corpus's structure, not just word frequencies.
-    assert summary["perplexity"] < summary["unigram_perplexity"] / 3
-    # It ends by sampling text from the trained model (config.sample.num=3 by default).
-    samples = stdout.split("samples:\n", 1)[1].splitlines()
-    assert len(samples) == 3 and all(len(line.split()) >= 3 for line in samples)
+def test_main_job_pretrains_fine_tunes_and_answers_held_out_questions(quickstart):
+    workdir, stdout = quickstart
+    assert "stage 1/2: pretrain" in stdout and "stage 2/2: squad" in stdout
+    assert "tok/s" in stdout and "ETA" in stdout
+    assert "step   3000/3000" in stdout and "step   1500/1500" in stdout
+    summary = json.load(open(workdir / "summary.json"))
+    # The issue's bar: F1 >= 80 on held-out questions (measured: 94.8 on one CPU device).
+    assert summary["squad"]["f1"] >= 80.0, summary["squad"]
+    assert summary["pretrain"]["mlm_accuracy"] > 2 * summary["pretrain"]["mlm_majority_accuracy"]
+    curves = workdir / "curves.png"
+    assert curves.stat().st_size > 10_000 and f"training curves: {curves}" in stdout
+    predictions = json.load(open(workdir / "squad" / "predictions" / "predictions.json"))
+    assert len(predictions) == summary["squad"]["total"]
 
 
-def test_eval_restores_the_checkpoint_and_reproduces_the_final_eval(trained):
-    workdir, _ = trained
-    proc = _run("eval.py", "--config=configs/gpt.py:size=tiny", f"--workdir={workdir}",
-                "--config.sample.num=2", "--config.sample.prompt=Lomira lives in")
-    samples = proc.stdout.split("samples:\n", 1)[1].splitlines()
-    assert len(samples) == 2 and all(s.strip().startswith("Lomira lives in") for s in samples)
-    result = json.load(open(os.path.join(workdir, "eval.json")))
-    summary = json.load(open(os.path.join(workdir, "summary.json")))
-    assert result["step"] == 150
-    assert result["perplexity"] == pytest.approx(summary["perplexity"], rel=1e-5)
+def test_eval_and_a_rerun_reproduce_the_final_metrics(quickstart):
+    workdir, _ = quickstart
+    summary = json.load(open(workdir / "summary.json"))
+    _run("eval.py", QUICKSTART, f"--workdir={workdir}")
+    result = json.load(open(workdir / "squad" / "eval.json"))
+    assert result["f1"] == pytest.approx(summary["squad"]["f1"], abs=1e-9)
+    # A rerun of the finished job resumes each stage at its end: nothing is retrained.
+    stdout = _run("train.py", QUICKSTART, f"--workdir={workdir}",
+                  "--config.pretrain.train.tensorboard=False",
+                  "--config.squad.train.tensorboard=False")
+    assert "starting at step 3000 of 3000" in stdout and "starting at step 1500 of 1500" in stdout
+    assert json.load(open(workdir / "summary.json"))["squad"]["f1"] == pytest.approx(
+        summary["squad"]["f1"], abs=1e-9)
 
 
-def test_config_typo_is_an_error_naming_the_key(tmp_path):
-    proc = _run("train.py", "--config=configs/gpt.py", f"--workdir={tmp_path}",
-                "--config.train.stepz=3", check=False)
-    assert proc.returncode != 0
-    assert "stepz" in proc.stderr
-    proc = _run("train.py", "--config=configs/gpt.py:sise=tiny", f"--workdir={tmp_path}",
-                check=False)
-    assert proc.returncode != 0 and "sise" in proc.stderr
+def _from_pretrained(config, workdir, steps):
+    config.data.cache_dir = str(workdir / "data")  # the pipeline's tokenizer
+    config.train.update(steps=steps, eval_every=steps, checkpoint_every=steps,
+                        tensorboard=False, init_from=str(workdir / "pretrain"))
+    return config
 
 
-def test_eval_without_checkpoint_says_train_first(tmp_path):
-    proc = _run("eval.py", "--config=configs/gpt.py", f"--workdir={tmp_path}", check=False)
-    assert proc.returncode != 0
-    assert "train first" in proc.stderr
+def test_squad_v2_learns_to_abstain(quickstart):
+    workdir, _ = quickstart
+    config = _from_pretrained(squad_config.get_config("size=tiny,version=2.0"), workdir, 1000)
+    summary = loop.run(config, str(workdir / "squad2"))
+    no_answer_share = 100.0 * summary["NoAns_total"] / summary["total"]
+    # Always abstaining scores exactly the unanswerable share; never abstaining scores 0 on
+    # them. The model must beat the first overall and abstain on a good part of the second.
+    assert summary["NoAns_exact"] >= 30.0, summary
+    assert summary["f1"] >= no_answer_share + 10.0, summary
+
+
+@pytest.mark.parametrize("task, strategy, steps, margin", [
+    ("fact_check", "full", 1000, 15.0), ("relation", "features", 600, 40.0)])
+def test_classification_beats_the_majority_class(quickstart, task, strategy, steps, margin):
+    # fact_check (3 balanced classes that need both sentences) needs the whole encoder
+    # fine-tuned: measured 59.9% vs the majority's 33.3% (a linear probe on the frozen pooled
+    # vector: 39.5%). relation (19 classes, lexical) is read off frozen features: 85.6% vs
+    # 23.2% (full fine-tuning: 100%).
+    workdir, _ = quickstart
+    config = _from_pretrained(
+        classify_config.get_config(f"size=tiny,strategy={strategy},task={task}"), workdir, steps)
+    summary = loop.run(config, str(workdir / f"classify_{task}_{strategy}"))
+    majority = json.load(open(workdir / f"classify_{task}_{strategy}" / "summary.json"))[
+        "majority_accuracy"]
+    assert summary["accuracy"] >= majority + margin, (summary, majority)

@@ -22,7 +22,7 @@ class LanguageModelTask(Task):
         super().__init__(config, workdir)
         data = config.data
         train_docs, eval_docs = lm_pipeline.load_splits(data)
-        self.tokenizer = tokenizers.from_config(data, workdir, train_docs)
+        self.tokenizer = tokenizers.from_config(data, self.data_cache_dir(), train_docs)
         self.train_rows = lm_pipeline.packed_rows(self.tokenizer, train_docs, data.seq_len)
         self.eval_rows = lm_pipeline.packed_rows(self.tokenizer, eval_docs, data.seq_len)
         model_kw = {k: v for k, v in config.model.to_dict().items() if k != "size"}
