@@ -225,34 +225,3 @@ def test_encode_pairs_bad_arguments(tokenizer):
 
     with pytest.raises(ValueError, match="bos_id, eos_id"):
         parallel.encode_pairs(PAIRS, NoBos(), max_source_len=8, max_target_len=8)
-
-
-# --- length buckets --------------------------------------------------------------------------
-
-
-def test_length_buckets_cover_every_row_once_within_bounds():
-    lengths = np.random.default_rng(0).integers(0, 33, size=1000)
-    boundaries = (8, 16, 24, 32)
-    groups = parallel.length_buckets(lengths, batch_size=64, boundaries=boundaries)
-    rows = np.concatenate(groups)
-    np.testing.assert_array_equal(np.sort(rows), np.arange(len(lengths)))
-    lows = (-1,) + boundaries[:-1]
-    for group in groups:
-        assert 1 <= len(group) <= 64
-        fits = [k for k, (lo, hi) in enumerate(zip(lows, boundaries))
-                if (lengths[group] > lo).all() and (lengths[group] <= hi).all()]
-        assert len(fits) == 1, lengths[group]
-    # Only each bucket's last group may be short: no more groups than buckets need.
-    counts = np.histogram(lengths, bins=[-1, *boundaries])[0]
-    assert len(groups) == sum(-(-c // 64) for c in counts)
-
-
-def test_length_buckets_bad_arguments():
-    with pytest.raises(ValueError, match="last boundary 16"):
-        parallel.length_buckets(np.array([3, 17]), batch_size=2, boundaries=(8, 16))
-    with pytest.raises(ValueError, match="strictly increasing"):
-        parallel.length_buckets(np.array([3]), batch_size=2, boundaries=(8, 8))
-    with pytest.raises(ValueError, match="batch_size"):
-        parallel.length_buckets(np.array([3]), batch_size=0, boundaries=(8,))
-    with pytest.raises(ValueError, match="1-D"):
-        parallel.length_buckets(np.array([[3]]), batch_size=1, boundaries=(8,))

@@ -1,10 +1,11 @@
-"""Batches of in-memory rows (a dict of equally long arrays): endless training batches and
-one padded eval pass.
+"""Batches of in-memory rows (a dict of equally long arrays): endless training batches (plain,
+or grouped by length into buckets) and one padded eval pass.
 
 Every global batch is the same whatever the process count: the (seeded, per-epoch reshuffled)
 order of rows is global, and each process takes its contiguous slice of each global batch.
 """
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 
 import grain
@@ -71,6 +72,82 @@ def train_iterator(
         dataset = dataset.map(transform)
     # A few batches ahead on 2 threads: batching is GIL-bound numpy work, and grain's default
     # (16 threads, 500 batches ahead) only costs memory and start-up time.
+    options = grain.ReadOptions(num_threads=2, prefetch_buffer_size=8)
+    return iter(dataset.to_iter_dataset(options))
+
+
+class _BucketedBatches(Sequence):
+    """Global batch i of an endless plan: every epoch, each length bucket's rows are shuffled
+    and cut into full batches, and the batches of all buckets are shuffled together.
+
+    A batch holds rows of one bucket only, and its 2-D arrays are cut to that bucket's
+    boundary: short rows stop paying for the longest row's padding, at the cost of one compiled
+    shape per boundary. Each epoch leaves out a bucket's last rows that do not fill a batch
+    (other rows each epoch, as the shuffle differs).
+    """
+
+    _EPOCHS = 1_000_000  # "endless": grain needs a length; no run gets near it
+
+    def __init__(self, rows: dict[str, np.ndarray], lengths: np.ndarray,
+                 boundaries: Sequence[int], batch_size: int, seed: int):
+        self._rows, self._batch_size, self._seed = rows, batch_size, seed
+        self._bounds = [int(b) for b in boundaries]
+        if not self._bounds or any(b >= c for b, c in zip(self._bounds, self._bounds[1:])):
+            raise ValueError(f"config.data.length_buckets={list(boundaries)} must be strictly "
+                             "increasing lengths")
+        if lengths.max() > self._bounds[-1]:
+            raise ValueError(f"config.data.length_buckets ends at {self._bounds[-1]} but a row "
+                             f"has {lengths.max()} tokens; end it at the row length")
+        # side='left': a length equal to a boundary falls in that boundary's bucket.
+        bucket = np.searchsorted(np.asarray(self._bounds), lengths, side="left")
+        self._buckets = [np.flatnonzero(bucket == k) for k in range(len(self._bounds))]
+        self._per_epoch = sum(len(b) // batch_size for b in self._buckets)
+        if not self._per_epoch:
+            raise ValueError(f"config.data.batch_size={batch_size} is more than any length "
+                             f"bucket's rows ({[len(b) for b in self._buckets]}); use fewer "
+                             "buckets or a smaller batch")
+
+    def __len__(self) -> int:
+        return self._per_epoch * self._EPOCHS
+
+    @functools.lru_cache(maxsize=2)  # noqa: B019 (one plan per epoch, two epochs in flight)
+    def _plan(self, epoch: int) -> list[tuple[int, np.ndarray]]:
+        rng = np.random.default_rng([self._seed, epoch])
+        batches = []
+        for k, rows in enumerate(self._buckets):
+            rows = rng.permutation(rows)
+            batches += [(k, rows[i * self._batch_size:(i + 1) * self._batch_size])
+                        for i in range(len(rows) // self._batch_size)]
+        return [batches[i] for i in rng.permutation(len(batches))]
+
+    def __getitem__(self, i):
+        k, index = self._plan(i // self._per_epoch)[i % self._per_epoch]
+        width = self._bounds[k]
+        return {name: v[index][:, :width] if v.ndim >= 2 else v[index]
+                for name, v in self._rows.items()}
+
+
+def bucketed_train_iterator(
+    rows: dict[str, np.ndarray],
+    lengths: np.ndarray,
+    boundaries: Sequence[int],
+    batch_size: int,
+    seed: int,
+    process_index: int = 0,
+    process_count: int = 1,
+) -> Iterator[dict[str, np.ndarray]]:
+    """Like train_iterator, but each global batch holds rows of one length bucket, with every
+    2-D array cut to the bucket's boundary (see _BucketedBatches).
+
+    Args:
+      rows: equally long arrays; 2-D ones are [N, L] token rows, left-aligned (padding last).
+      lengths: [N] the tokens each row needs (for pairs: the longer side).
+      boundaries: increasing bucket lengths; the last must cover every row.
+    """
+    local = local_batch_size(batch_size, process_count, "config.data.batch_size")
+    dataset = grain.MapDataset.source(
+        _BucketedBatches(rows, np.asarray(lengths), boundaries, batch_size, seed)
+    ).map(lambda b: _local_slice(b, process_index, local))
     options = grain.ReadOptions(num_threads=2, prefetch_buffer_size=8)
     return iter(dataset.to_iter_dataset(options))
 

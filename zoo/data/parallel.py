@@ -19,7 +19,6 @@ and, if the model wants, one embedding serve both.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
@@ -135,6 +134,60 @@ def read_parallel(source: str | os.PathLike, *, target_file: str | os.PathLike =
     return pairs
 
 
+def read_parallel_tfds(name: str, split: str, data_dir: str = "", *, source_lang: str = "",
+                       target_lang: str = "", max_records: int = 0) -> list[tuple[str, str]]:
+    """(source, target) pairs of a TFDS translation dataset prepared in a local `data_dir`
+    (e.g. 'wmt14_translate/de-en', 'wmt_t2t_translate/de-en'), read without TensorFlow.
+
+    Args:
+      name: the dataset ('name/config[:version]').
+      split: a split name or TFDS slicing ('validation', 'train[:1%]').
+      data_dir: the TFDS data dir; '' = TFDS's default.
+      source_lang, target_lang: the features (languages) to pair; '' = the dataset's
+        supervised keys (wmt14_translate/de-en: 'de' -> 'en').
+      max_records: 0 = all; N = the first N records.
+
+    Raises:
+      FileNotFoundError: the dataset is not prepared there (the message says how).
+      ValueError: a language the dataset lacks (the message lists its features), or a split
+        it cannot read.
+    """
+    from zoo.data import tfds_source  # TFDS is slow to import; file users never pay for it
+
+    builder = tfds_source.open_builder(name, data_dir)
+    supervised = builder.info.supervised_keys or ("", "")
+    source_lang, target_lang = source_lang or supervised[0], target_lang or supervised[1]
+    features = sorted(builder.info.features.keys())
+    for key, lang in (("source_lang", source_lang), ("target_lang", target_lang)):
+        if lang not in features:
+            raise ValueError(f"TFDS dataset {name!r} has no language feature {lang!r}; its "
+                             f"features are {', '.join(features)}: set config.data.{key}")
+    try:
+        records = builder.as_data_source(split=split)
+    except ValueError as e:
+        splits = ", ".join(f"{s} ({info.num_examples} records)"
+                           for s, info in builder.info.splits.items())
+        raise ValueError(f"split {split!r} cannot be read from TFDS dataset {name!r}: {e}\n"
+                         f"Its splits: {splits}.") from None
+    count = len(records) if not max_records else min(max_records, len(records))
+    pairs, skipped = [], 0
+    for i in range(count):
+        record = records[i]
+        src, tgt = (record[k].decode("utf-8") if isinstance(record[k], bytes) else str(record[k])
+                    for k in (source_lang, target_lang))
+        src, tgt = src.strip(), tgt.strip()
+        if src and tgt and not any(c in t for t in (src, tgt) for c in _LINE_BREAKS):
+            pairs.append((src, tgt))
+        else:
+            skipped += 1
+    if skipped:
+        _log.warning("TFDS dataset %r split %r: skipped %d of %d records with an empty side or "
+                     "a line break", name, split, skipped, count)
+    if not pairs:
+        raise ValueError(f"TFDS dataset {name!r} split {split!r}: no sentence pairs")
+    return pairs
+
+
 def _checked_pairs(pairs: Sequence[tuple[str, str]], path: str, forbidden: tuple[str, ...]):
     if not pairs:
         raise ValueError(f"{path}: no pairs to write; a file needs at least one")
@@ -245,45 +298,3 @@ def encode_pairs(pairs: Sequence[tuple[str, str]], tokenizer, max_source_len: in
     return {"source_ids": source_ids, "target_input_ids": target_input_ids,
             "target_ids": target_ids, "source_lengths": source_lengths,
             "target_lengths": target_lengths, "target_weights": target_weights}
-
-
-def length_buckets(lengths: np.ndarray, batch_size: int, boundaries: Sequence[int]
-                   ) -> list[np.ndarray]:
-    """Row indices grouped by length into batches of at most `batch_size`.
-
-    Bucket k holds the rows with boundaries[k-1] < length <= boundaries[k] (bucket 0: length <=
-    boundaries[0]), so a group padded to its bucket's boundary fits every row: fewer pad tokens
-    than padding all rows to the longest, with one compiled shape per boundary. Groups come
-    bucket by bucket, rows in their original order, each bucket's last group possibly smaller;
-    shuffle rows before and groups after for training. For pairs, pass the longer side per row
-    (`np.maximum(source_lengths, target_lengths)`).
-
-    Args:
-      lengths: [N] non-negative ints.
-      batch_size: the most rows in a group.
-      boundaries: strictly increasing lengths; the last must be >= every length (e.g. the max
-        length encode_pairs used).
-
-    Returns:
-      Index arrays (int64) that together hold every row exactly once.
-    """
-    lengths = np.asarray(lengths)
-    if lengths.ndim != 1 or not np.issubdtype(lengths.dtype, np.integer) or (lengths < 0).any():
-        raise ValueError(f"lengths must be a 1-D array of non-negative ints, got shape "
-                         f"{lengths.shape} dtype {lengths.dtype}")
-    if not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise ValueError(f"batch_size={batch_size!r} must be a positive int")
-    bounds = [int(b) for b in boundaries]
-    if not bounds or any(b >= c for b, c in itertools.pairwise(bounds)) or bounds[0] < 1:
-        raise ValueError(f"boundaries={list(boundaries)!r} must be non-empty, positive and "
-                         "strictly increasing")
-    if len(lengths) and lengths.max() > bounds[-1]:
-        raise ValueError(f"a row has length {lengths.max()} > the last boundary {bounds[-1]}; end "
-                         "boundaries at the longest length (e.g. max_target_len)")
-    # searchsorted(side='left') puts length == boundary into that boundary's bucket.
-    bucket = np.searchsorted(np.asarray(bounds), lengths, side="left")
-    groups = []
-    for k in range(len(bounds)):
-        rows = np.flatnonzero(bucket == k)
-        groups.extend(rows[i:i + batch_size] for i in range(0, len(rows), batch_size))
-    return groups

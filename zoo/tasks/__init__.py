@@ -12,6 +12,7 @@ _REGISTRY = {
     "mlm_nsp": "zoo.tasks.mlm_nsp:PretrainingTask",
     "squad": "zoo.tasks.squad:SquadTask",
     "classify": "zoo.tasks.classification:ClassificationTask",
+    "translate": "zoo.tasks.translation:TranslationTask",
 }
 
 
