@@ -218,7 +218,7 @@ class BertModel(nn.Module):
         self.pooler = BertPooler(cfg)
 
     def __call__(self, input_ids, token_type_ids=None, attention_mask=None, positions=None, *,
-                 deterministic=True):
+                 deterministic=True, sow_weights=False):
         """Encodes a batch of (pairs of) sentences.
 
         Args:
@@ -227,6 +227,8 @@ class BertModel(nn.Module):
           attention_mask: [B, T] bool or int, 1 = real token, 0 = padding; None = no padding.
           positions: [B, T] int position ids; None = 0 .. T-1.
           deterministic: no dropout when True (otherwise needs a 'dropout' rng).
+          sow_weights: store every layer's attention weights [B, heads, T, T] in
+            'intermediates' (apply with mutable=['intermediates']; zoo.attention_maps reads them).
 
         Returns:
           (sequence_output [B, T, H], pooled [B, H]), both in config.dtype. Outputs at padding
@@ -244,7 +246,8 @@ class BertModel(nn.Module):
                 f"{input_ids.shape[1]}"
             )
         x = self.embeddings(input_ids, token_type_ids, positions, deterministic=deterministic)
-        x = self.encoder(x, mask, deterministic=deterministic)  # (B, T, H)
+        x = self.encoder(x, mask, deterministic=deterministic,
+                         sow_weights=sow_weights)  # (B, T, H)
         return x, self.pooler(x)
 
     def attend(self, x: jnp.ndarray) -> jnp.ndarray:
@@ -300,7 +303,7 @@ class BertForPreTraining(nn.Module):
 
     @nn.compact
     def __call__(self, input_ids, token_type_ids, attention_mask, masked_positions, *,
-                 deterministic=True):
+                 deterministic=True, sow_weights=False):
         """Pretraining logits.
 
         Args:
@@ -314,7 +317,8 @@ class BertForPreTraining(nn.Module):
         """
         bert = BertModel(self.config, name="bert")
         sequence_output, pooled = bert(
-            input_ids, token_type_ids, attention_mask, deterministic=deterministic
+            input_ids, token_type_ids, attention_mask, deterministic=deterministic,
+            sow_weights=sow_weights,
         )
         mlm_logits = BertMLMHead(self.config, name="predictions")(
             sequence_output, masked_positions, bert.attend
@@ -334,7 +338,8 @@ class BertForQuestionAnswering(nn.Module):
     config: BertConfig
 
     @nn.compact
-    def __call__(self, input_ids, token_type_ids, attention_mask, *, deterministic=True):
+    def __call__(self, input_ids, token_type_ids, attention_mask, *, deterministic=True,
+                 sow_weights=False):
         """Answer-span logits.
 
         Args:
@@ -347,7 +352,8 @@ class BertForQuestionAnswering(nn.Module):
           no meaning: mask them before a softmax or argmax over positions.
         """
         sequence_output, _ = BertModel(self.config, name="bert")(
-            input_ids, token_type_ids, attention_mask, deterministic=deterministic
+            input_ids, token_type_ids, attention_mask, deterministic=deterministic,
+            sow_weights=sow_weights,
         )
         # One Dense to 2 outputs per token, as HF's qa_outputs (and google-research's
         # cls/squad/output_weights): channel 0 scores span starts, channel 1 span ends.
@@ -386,7 +392,8 @@ class BertForSequenceClassification(nn.Module):
         self.dropout = nn.Dropout(rate)
         self.classifier = Dense(self.num_labels, ("embed", None), **_dtypes(self.config))
 
-    def __call__(self, input_ids, token_type_ids, attention_mask, *, deterministic=True):
+    def __call__(self, input_ids, token_type_ids, attention_mask, *, deterministic=True,
+                 sow_weights=False):
         """Class logits.
 
         Args:
@@ -398,13 +405,14 @@ class BertForSequenceClassification(nn.Module):
           logits [B, num_labels], float32.
         """
         pooled = self.encode(input_ids, token_type_ids, attention_mask,
-                             deterministic=deterministic)
+                             deterministic=deterministic, sow_weights=sow_weights)
         return self.classify(pooled, deterministic=deterministic)
 
-    def encode(self, input_ids, token_type_ids, attention_mask, *, deterministic=True):
+    def encode(self, input_ids, token_type_ids, attention_mask, *, deterministic=True,
+               sow_weights=False):
         """The pooled [CLS] vector [B, H] the classifier reads (config.dtype)."""
         _, pooled = self.bert(input_ids, token_type_ids, attention_mask,
-                              deterministic=deterministic)
+                              deterministic=deterministic, sow_weights=sow_weights)
         return pooled
 
     def classify(self, pooled, *, deterministic=True):

@@ -56,11 +56,14 @@ class GPT(nn.Module):
     decode: bool = False
 
     @nn.compact
-    def __call__(self, tokens, *, positions=None, segment_ids=None, deterministic=True):
+    def __call__(self, tokens, *, positions=None, segment_ids=None, deterministic=True,
+                 sow_weights=False):
         """tokens [B, T] int -> logits [B, T, V] (float32).
 
         positions/segment_ids [B, T] come from packing; segment ids keep attention inside each
         document (0 = padding). In decode mode the causal part is the KV cache's job.
+        sow_weights stores every layer's attention weights [B, heads, T, T] in 'intermediates'
+        (apply with mutable=['intermediates']; zoo.attention_maps reads them).
         """
         cfg = self.config
         dtype, param_dtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
@@ -95,7 +98,7 @@ class GPT(nn.Module):
             dtype=dtype,
             param_dtype=param_dtype,
             name="h",
-        )(x, self_mask=mask, deterministic=deterministic)
+        )(x, self_mask=mask, deterministic=deterministic, sow_weights=sow_weights)
         # The decoder stack ends with the pre-LN final LayerNorm (GPT-2's ln_f).
         logits = wte.attend(x)
         logits = nn.with_logical_constraint(logits, ("act_batch", "act_len", "act_vocab"))
