@@ -86,12 +86,12 @@ def test_squad_v2_learns_to_abstain(quickstart):
 
 
 @pytest.mark.parametrize("task, strategy, steps, margin", [
-    ("fact_check", "full", 1000, 15.0), ("relation", "features", 600, 40.0)])
+    ("fact_check", "full", 600, 12.0), ("relation", "features", 600, 40.0)])
 def test_classification_beats_the_majority_class(quickstart, task, strategy, steps, margin):
     # fact_check (3 balanced classes that need both sentences) needs the whole encoder
-    # fine-tuned: measured 59.9% vs the majority's 33.3% (a linear probe on the frozen pooled
-    # vector: 39.5%). relation (19 classes, lexical) is read off frozen features: 85.6% vs
-    # 23.2% (full fine-tuning: 100%).
+    # fine-tuned: measured 52.3% after 500 steps and 59.9% after 1,000 vs the majority's 33.3%
+    # (a linear probe on the frozen pooled vector: 39.5%). relation (19 classes, lexical) is
+    # read off frozen features: 85.6% vs 23.2% (full fine-tuning: 100%).
     workdir, _ = quickstart
     config = _from_pretrained(
         classify_config.get_config(f"size=tiny,strategy={strategy},task={task}"), workdir, steps)
