@@ -7,9 +7,11 @@ os.environ["XLA_FLAGS"] = (
     os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
 ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-import pytest  # noqa: E402  (after XLA_FLAGS, before anything imports jax)
+# Imported only now: the environment above must be in place before anything loads jax.
+import pytest
 
-from configs import gpt as gpt_config  # noqa: E402
+from configs import bert_pretrain
+from configs import gpt as gpt_config
 
 
 @pytest.fixture
@@ -25,3 +27,19 @@ def tiny_lm_config():
         return config
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_pretrained_bert(tmp_path_factory):
+    """A directory with a 4-step tiny BERT pretraining run (`pretrain`) and its data cache
+    (`cache`: the tokenizer fine-tuning tests share): the start of every fine-tuning test."""
+    from zoo.train import loop  # after XLA_FLAGS
+
+    root = tmp_path_factory.mktemp("pretrained")
+    config = bert_pretrain.get_config("size=tiny")
+    config.data.update(synthetic_entities=100, vocab_size=512, seq_len=64,
+                       cache_dir=str(root / "cache"), dupe_factor=1)
+    config.train.update(steps=4, eval_every=4, log_every=2, tensorboard=False)
+    loop.run(config, str(root / "pretrain"))
+    return root
+

@@ -1,5 +1,5 @@
 """Classification fine-tuning through the one loop: the three strategies of seed 001 train
-exactly what they claim, user TSV files, output files, and init from a pretrained directory."""
+exactly what they claim, user TSV files, output files, and init from a tiny_pretrained_bert directory."""
 
 import json
 import os
@@ -8,22 +8,11 @@ import jax
 import numpy as np
 import pytest
 
-from configs import bert_pretrain, classify as classify_config
+from configs import classify as classify_config
 from zoo import evaluate, hf
 from zoo.data import synthetic_classification
 from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer
-
-
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory):
-    root = tmp_path_factory.mktemp("classify")
-    config = bert_pretrain.get_config("size=tiny")
-    config.data.update(synthetic_entities=100, vocab_size=512, seq_len=64,
-                       cache_dir=str(root / "cache"), dupe_factor=1)
-    config.train.update(steps=4, eval_every=4, log_every=2, tensorboard=False)
-    loop.run(config, str(root / "pretrain"))
-    return root
 
 
 def _config(root, strategy, **train):
@@ -50,15 +39,15 @@ def _train_losses(workdir):
     return np.array([r["loss"] for r in records if r["split"] == "train"])
 
 
-def test_strategies_train_exactly_what_they_claim(pretrained):
+def test_strategies_train_exactly_what_they_claim(tiny_pretrained_bert):
     results = {}
     for strategy in ("full", "frozen", "features"):
-        config = _config(pretrained, strategy)
-        workdir = pretrained / strategy
+        config = _config(tiny_pretrained_bert, strategy)
+        workdir = tiny_pretrained_bert / strategy
         loop.run(config, str(workdir))
         results[strategy] = _final_params(config, workdir)
-    start = loop.build(_config(pretrained, "full"), str(pretrained / "start"))
-    initial = loop._init_params_from(str(pretrained / "pretrain"), start.state, "bert").params
+    start = loop.build(_config(tiny_pretrained_bert, "full"), str(tiny_pretrained_bert / "start"))
+    initial = loop._init_params_from(str(tiny_pretrained_bert / "pretrain"), start.state, "bert").params
     # full fine-tuning moves the encoder; frozen and features leave it bit-identical.
     assert not _leaves_equal(results["full"]["bert"], initial["bert"])
     for strategy in ("frozen", "features"):
@@ -66,14 +55,14 @@ def test_strategies_train_exactly_what_they_claim(pretrained):
         assert not _leaves_equal(results[strategy]["classifier"], initial["classifier"])
 
 
-def test_feature_extraction_equals_the_frozen_encoder(pretrained):
+def test_feature_extraction_equals_the_frozen_encoder(tiny_pretrained_bert):
     # Without dropout the two strategies compute the same function with the same data order:
     # extracting features once must not change a single loss or parameter.
     losses, params = {}, {}
     for strategy in ("frozen", "features"):
-        config = _config(pretrained, strategy)
+        config = _config(tiny_pretrained_bert, strategy)
         config.finetune.classifier_dropout = 0.0
-        workdir = pretrained / f"{strategy}_nodrop"
+        workdir = tiny_pretrained_bert / f"{strategy}_nodrop"
         loop.run(config, str(workdir))
         losses[strategy] = _train_losses(workdir)
         params[strategy] = _final_params(config, workdir)["classifier"]
@@ -83,9 +72,9 @@ def test_feature_extraction_equals_the_frozen_encoder(pretrained):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
 
 
-def test_eval_writes_predictions_and_reproduces_metrics(pretrained):
-    config = _config(pretrained, "full")
-    workdir = pretrained / "full_eval"
+def test_eval_writes_predictions_and_reproduces_metrics(tiny_pretrained_bert):
+    config = _config(tiny_pretrained_bert, "full")
+    workdir = tiny_pretrained_bert / "full_eval"
     summary = loop.run(config, str(workdir))
     assert {"loss", "accuracy", "f1", "mcc"} <= set(summary)
     lines = open(workdir / "predictions" / "predictions.tsv").read().splitlines()
@@ -95,18 +84,18 @@ def test_eval_writes_predictions_and_reproduces_metrics(pretrained):
     assert rows and all(r[1] in labels and r[2] in labels for r in rows)
     accuracy = 100.0 * np.mean([r[1] == r[2] for r in rows])
     assert accuracy == pytest.approx(summary["accuracy"], abs=1e-3)
-    again = evaluate.run(_config(pretrained, "full"), str(workdir))
+    again = evaluate.run(_config(tiny_pretrained_bert, "full"), str(workdir))
     assert again["accuracy"] == pytest.approx(summary["accuracy"], abs=1e-9)
     assert "majority_accuracy" in again
 
 
-def test_user_jsonl_files_with_explicit_columns(pretrained, tmp_path):
+def test_user_jsonl_files_with_explicit_columns(tiny_pretrained_bert, tmp_path):
     splits = synthetic_classification.classification_splits(0, "relation", 100)
     for split in ("train", "validation"):
         rows = [{"sentence": ex["text_a"], "relation": ex["label"]} for ex in splits[split]]
         with open(tmp_path / f"{split}.jsonl", "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in rows)
-    config = _config(pretrained, "full", steps=2, eval_every=2, checkpoint_every=2)
+    config = _config(tiny_pretrained_bert, "full", steps=2, eval_every=2, checkpoint_every=2)
     config.data.update(source="files", train_file=str(tmp_path / "train.jsonl"),
                        eval_file=str(tmp_path / "validation.jsonl"), label="relation")
     summary = loop.run(config, str(tmp_path / "run"))
@@ -116,8 +105,8 @@ def test_user_jsonl_files_with_explicit_columns(pretrained, tmp_path):
         loop.run(config, str(tmp_path / "bad"))
 
 
-def test_init_from_a_hugging_face_directory(pretrained, tmp_path):
-    """A pretrained directory (here: our pretraining exported with save_pretrained) defines
+def test_init_from_a_hugging_face_directory(tiny_pretrained_bert, tmp_path):
+    """A tiny_pretrained_bert directory (here: our pretraining exported with save_pretrained) defines
     the encoder's architecture and the tokenizer, and its weights start the run."""
     from zoo.data.wordpiece import WordPieceTokenizer
     from zoo.models import bert
@@ -133,7 +122,7 @@ def test_init_from_a_hugging_face_directory(pretrained, tmp_path):
     directory = tmp_path / "hf_bert"
     hf.save_pretrained(str(directory), model_config, params, tokenizer)
 
-    config = _config(pretrained, "frozen", steps=2, eval_every=2, checkpoint_every=2,
+    config = _config(tiny_pretrained_bert, "frozen", steps=2, eval_every=2, checkpoint_every=2,
                      init_from=str(directory))
     config.data.synthetic_task = "relation"
     run = tmp_path / "from_hf"
@@ -147,10 +136,10 @@ def test_init_from_a_hugging_face_directory(pretrained, tmp_path):
         loop.run(config, str(tmp_path / "too_long"))
 
 
-def test_init_from_a_google_research_tf_checkpoint(pretrained, tmp_path):
+def test_init_from_a_google_research_tf_checkpoint(tiny_pretrained_bert, tmp_path):
     directory = os.path.join(os.path.dirname(__file__), "convert", "fixtures", "google_bert_tiny")
     _, expected, model_config, _ = hf.load_pretrained(directory)
-    config = _config(pretrained, "frozen", steps=2, eval_every=2, checkpoint_every=2,
+    config = _config(tiny_pretrained_bert, "frozen", steps=2, eval_every=2, checkpoint_every=2,
                      init_from=directory)
     config.data.update(synthetic_task="relation", seq_len=model_config.max_position_embeddings)
     run = tmp_path / "from_tf"

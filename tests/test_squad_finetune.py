@@ -7,21 +7,10 @@ import jax
 import numpy as np
 import pytest
 
-from configs import bert_pretrain, squad as squad_config
+from configs import squad as squad_config
 from zoo import evaluate
 from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer
-
-
-@pytest.fixture(scope="module")
-def pretrained(tmp_path_factory):
-    root = tmp_path_factory.mktemp("squad")
-    config = bert_pretrain.get_config("size=tiny")
-    config.data.update(synthetic_entities=100, vocab_size=512, seq_len=64,
-                       cache_dir=str(root / "cache"), dupe_factor=1)
-    config.train.update(steps=4, eval_every=4, log_every=2, tensorboard=False)
-    loop.run(config, str(root / "pretrain"))
-    return root
 
 
 def _squad(root, version, **train):
@@ -33,12 +22,12 @@ def _squad(root, version, **train):
     return config
 
 
-def test_init_from_fills_only_the_encoder(pretrained):
-    config = _squad(pretrained, "1.1")
-    setup = loop.build(config, str(pretrained / "probe"))
-    started = loop._init_params_from(str(pretrained / "pretrain"), setup.state,
+def test_init_from_fills_only_the_encoder(tiny_pretrained_bert):
+    config = _squad(tiny_pretrained_bert, "1.1")
+    setup = loop.build(config, str(tiny_pretrained_bert / "probe"))
+    started = loop._init_params_from(str(tiny_pretrained_bert / "pretrain"), setup.state,
                                      setup.task.pretrained_subtree())
-    source = Checkpointer(str(pretrained / "pretrain"))
+    source = Checkpointer(str(tiny_pretrained_bert / "pretrain"))
     restored = source.restore_params({"bert": started.params["bert"]})["bert"]
     for a, b in zip(jax.tree.leaves(started.params["bert"]), jax.tree.leaves(restored)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -49,9 +38,9 @@ def test_init_from_fills_only_the_encoder(pretrained):
 
 
 @pytest.mark.parametrize("version", ["1.1", "2.0"])
-def test_train_and_eval_write_the_official_files_and_metrics(pretrained, version):
-    workdir = pretrained / f"squad{version}"
-    summary = loop.run(_squad(pretrained, version), str(workdir))
+def test_train_and_eval_write_the_official_files_and_metrics(tiny_pretrained_bert, version):
+    workdir = tiny_pretrained_bert / f"squad{version}"
+    summary = loop.run(_squad(tiny_pretrained_bert, version), str(workdir))
     keys = {"exact", "f1", "total"} | ({"HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"}
                                        if version == "2.0" else {"exact_match"})
     assert keys <= set(summary)
@@ -61,5 +50,5 @@ def test_train_and_eval_write_the_official_files_and_metrics(pretrained, version
     assert set(predictions) == set(nbest) and len(predictions) == summary["total"]
     assert os.path.exists(out / "null_odds.json") == (version == "2.0")
     # eval.py restores the same checkpoint and reproduces the same official metrics.
-    again = evaluate.run(_squad(pretrained, version), str(workdir))
+    again = evaluate.run(_squad(tiny_pretrained_bert, version), str(workdir))
     assert again["f1"] == pytest.approx(summary["f1"], abs=1e-9)

@@ -152,7 +152,9 @@ def read_parallel_tfds(name: str, split: str, data_dir: str = "", *, source_lang
       ValueError: a language the dataset lacks (the message lists its features), or a split
         it cannot read.
     """
-    from zoo.data import tfds_source  # TFDS is slow to import; file users never pay for it
+    from zoo.data import (
+        tfds_source,  # TFDS is slow to import; file users never pay for it
+    )
 
     builder = tfds_source.open_builder(name, data_dir)
     supervised = builder.info.supervised_keys or ("", "")
@@ -162,13 +164,7 @@ def read_parallel_tfds(name: str, split: str, data_dir: str = "", *, source_lang
         if lang not in features:
             raise ValueError(f"TFDS dataset {name!r} has no language feature {lang!r}; its "
                              f"features are {', '.join(features)}: set config.data.{key}")
-    try:
-        records = builder.as_data_source(split=split)
-    except ValueError as e:
-        splits = ", ".join(f"{s} ({info.num_examples} records)"
-                           for s, info in builder.info.splits.items())
-        raise ValueError(f"split {split!r} cannot be read from TFDS dataset {name!r}: {e}\n"
-                         f"Its splits: {splits}.") from None
+    records = tfds_source.open_split(builder, name, split)
     count = len(records) if not max_records else min(max_records, len(records))
     pairs, skipped = [], 0
     for i in range(count):

@@ -157,7 +157,9 @@ def read_squad_tfds(name: str, split: str = "train", data_dir: str = "") -> list
     Read without TensorFlow and without downloading, through the array_record data source (see
     zoo/data/tfds_source.py for how to prepare one).
     """
-    from zoo.data import tfds_source  # TFDS is slow to import; JSON users never pay for it
+    from zoo.data import (
+        tfds_source,  # TFDS is slow to import; JSON users never pay for it
+    )
 
     builder = tfds_source.open_builder(name, data_dir)
     features = builder.info.features
@@ -165,13 +167,7 @@ def read_squad_tfds(name: str, split: str = "train", data_dir: str = "") -> list
     if missing:
         raise ValueError(f"TFDS dataset {name!r} is not SQuAD-shaped: it lacks the feature(s) "
                          f"{', '.join(missing)}; its features are {', '.join(sorted(features))}")
-    try:
-        source = builder.as_data_source(split=split)
-    except ValueError as e:
-        splits = ", ".join(f"{s} ({info.num_examples} records)"
-                           for s, info in builder.info.splits.items())
-        raise ValueError(f"split {split!r} cannot be read from TFDS dataset {name!r}: {e}\n"
-                         f"Its splits: {splits}.") from None
+    source = tfds_source.open_split(builder, name, split)
     where = f"TFDS dataset {name!r} split {split!r}"
     return _checked(_tfds_examples(source, where), where)
 

@@ -124,16 +124,19 @@ def _check_text_feature(builder: tfds.core.DatasetBuilder, name: str, text_key: 
         )
 
 
-def _open_split(builder: tfds.core.DatasetBuilder, name: str, split: str, key: str
-                ) -> Sequence[dict]:
+def open_split(builder: tfds.core.DatasetBuilder, name: str, split: str, key: str = ""
+               ) -> Sequence[dict]:
+    """The random-access records of `split` (a name or TFDS slicing); a split the dataset cannot
+    read is a ValueError listing its splits (naming config.data.<key> when given)."""
     try:
         return builder.as_data_source(split=split)
     except ValueError as e:
         available = ", ".join(
             f"{s} ({info.num_examples} records)" for s, info in builder.info.splits.items()
         )
+        what = f"config.data.{key}={split!r}" if key else f"split {split!r}"
         raise ValueError(
-            f"config.data.{key}={split!r} cannot be read from TFDS dataset {name!r}: {e}\n"
+            f"{what} cannot be read from TFDS dataset {name!r}: {e}\n"
             f"Its splits: {available}. Give a split name or TFDS slicing syntax, e.g. "
             "'train[:1%]', 'train[1%:]', 'train[:5000]', 'train+test'."
         ) from None
@@ -182,7 +185,7 @@ def load_documents(cfg: ml_collections.ConfigDict, split: str) -> Documents:
     key = SPLIT_KEYS[split]
     builder = open_builder(name, cfg.tfds_data_dir)
     _check_text_feature(builder, name, cfg.tfds_text_key)
-    source = _open_split(builder, name, cfg[key], key)
+    source = open_split(builder, name, cfg[key], key)
 
     where = f"TFDS dataset {name!r} split {cfg[key]!r} (config.data.{key})"
     n = len(source) if cfg.tfds_max_records == 0 else min(len(source), cfg.tfds_max_records)

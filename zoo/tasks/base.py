@@ -2,7 +2,7 @@
 
 import abc
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import flax.linen as nn
 import jax
@@ -10,6 +10,20 @@ import ml_collections
 import numpy as np
 
 Batch = dict[str, np.ndarray]
+
+
+def write_once(path: str, write: Callable[[str], None]) -> str:
+    """Returns `path`, first calling write(tmp) and renaming tmp to it if it does not exist yet:
+    a prepared data file (e.g. a synthetic split) is made once per cache, and an interrupted
+    write leaves no partial file that a later run would trust. `tmp` keeps the extension, for
+    writers that choose the format by it."""
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        root, ext = os.path.splitext(path)
+        tmp = f"{root}.tmp-{os.getpid()}{ext}"
+        write(tmp)
+        os.replace(tmp, path)
+    return path
 
 
 class Task(abc.ABC):

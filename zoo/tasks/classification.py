@@ -25,7 +25,7 @@ from zoo.data import batching, classification, synthetic_classification
 from zoo.eval import classification as classification_eval
 from zoo.models import bert
 from zoo.tasks import bert_encoder
-from zoo.tasks.base import Batch, Task
+from zoo.tasks.base import Batch, Task, write_once
 from zoo.train import dry_run
 from zoo.train.losses import cross_entropy_sums
 
@@ -37,15 +37,13 @@ def _synthetic_file(data: ml_collections.ConfigDict, cache_dir: str, split: str)
     """Writes the synthetic task's split as TSV (once) and returns its path."""
     name = (f"classify-{data.synthetic_task}-seed{data.seed}-{data.synthetic_entities}-"
             f"{split}.tsv")
-    path = os.path.join(cache_dir, name)
-    if not os.path.exists(path):
-        os.makedirs(cache_dir, exist_ok=True)
+
+    def write(tmp):
         splits = synthetic_classification.classification_splits(
             data.seed, data.synthetic_task, data.synthetic_entities)
-        tmp = f"{path}.tmp-{os.getpid()}"
-        synthetic_classification.write_examples(tmp, splits[split], file_format="tsv")
-        os.replace(tmp, path)
-    return path
+        synthetic_classification.write_examples(tmp, splits[split])
+
+    return write_once(os.path.join(cache_dir, name), write)
 
 
 def load_examples(data: ml_collections.ConfigDict, split: str, cache_dir: str) -> list[dict]:

@@ -17,7 +17,7 @@ from zoo.data import batching, squad, synthetic_squad
 from zoo.eval import squad as squad_eval
 from zoo.models import bert
 from zoo.tasks import bert_encoder
-from zoo.tasks.base import Batch, Task
+from zoo.tasks.base import Batch, Task, write_once
 from zoo.train import dry_run
 from zoo.train.losses import cross_entropy_sums
 
@@ -28,14 +28,12 @@ def _synthetic_file(data: ml_collections.ConfigDict, cache_dir: str, split: str)
     """Writes the synthetic world's SQuAD split as official JSON (once) and returns its path,
     so the synthetic set goes through the same loader as a user's files."""
     name = f"squad-v{data.version}-seed{data.seed}-{data.synthetic_entities}-{split}.json"
-    path = os.path.join(cache_dir, name)
-    if not os.path.exists(path):
-        os.makedirs(cache_dir, exist_ok=True)
+
+    def write(tmp):
         splits = synthetic_squad.squad_splits(data.seed, data.version, data.synthetic_entities)
-        tmp = f"{path}.tmp-{os.getpid()}"
         synthetic_squad.write_squad_json(tmp, splits[split])
-        os.replace(tmp, path)
-    return path
+
+    return write_once(os.path.join(cache_dir, name), write)
 
 
 def load_examples(data: ml_collections.ConfigDict, split: str, cache_dir: str) -> list[dict]:

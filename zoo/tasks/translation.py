@@ -24,7 +24,7 @@ from zoo import decoding
 from zoo.data import batching, parallel, synthetic_translation, tokenizers
 from zoo.eval import bleu, rouge
 from zoo.models import transformer
-from zoo.tasks.base import Batch, Task
+from zoo.tasks.base import Batch, Task, write_once
 from zoo.train import dry_run
 from zoo.train.losses import cross_entropy_sums
 
@@ -37,16 +37,14 @@ def _synthetic_file(data: ml_collections.ConfigDict, cache_dir: str, split: str)
     operations = "".join(data.synthetic_operations)
     name = (f"arith-seed{data.seed}-{data.synthetic_pairs}-max{data.synthetic_max_operand}-"
             f"{operations.replace('/', 'd').replace('*', 'x')}-{split}.tsv")
-    path = os.path.join(cache_dir, name)
-    if not os.path.exists(path):
-        os.makedirs(cache_dir, exist_ok=True)
+
+    def write(tmp):
         splits = synthetic_translation.translation_splits(
             data.seed, data.synthetic_pairs, data.synthetic_max_operand,
             tuple(data.synthetic_operations))
-        tmp = f"{path}.tmp-{os.getpid()}.tsv"
         parallel.write_parallel_tsv(tmp, splits[split])
-        os.replace(tmp, path)
-    return path
+
+    return write_once(os.path.join(cache_dir, name), write)
 
 
 def load_pairs(data: ml_collections.ConfigDict, split: str, cache_dir: str
