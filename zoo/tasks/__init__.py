@@ -13,6 +13,7 @@ _REGISTRY = {
     "squad": "zoo.tasks.squad:SquadTask",
     "classify": "zoo.tasks.classification:ClassificationTask",
     "translate": "zoo.tasks.translation:TranslationTask",
+    "nnlm": "zoo.tasks.nnlm:NNLMTask",
     "word2vec": "zoo.tasks.word2vec:Word2VecTask",
 }
 

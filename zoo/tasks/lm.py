@@ -25,14 +25,19 @@ class LanguageModelTask(Task):
         self.tokenizer = tokenizers.from_config(data, self.data_cache_dir(), train_docs)
         self.train_rows = lm_pipeline.packed_rows(self.tokenizer, train_docs, data.seq_len)
         self.eval_rows = lm_pipeline.packed_rows(self.tokenizer, eval_docs, data.seq_len)
-        model_kw = {k: v for k, v in config.model.to_dict().items() if k != "size"}
-        self.model_config = gpt.config_for_size(
-            config.model.size,
+        self.model_config, self.model = self.build_model()
+
+    def build_model(self):
+        """(config, module) of the model over the tokenizer's vocabulary; language models of
+        other families (zoo.tasks.nnlm) override only this."""
+        model_kw = {k: v for k, v in self.config.model.to_dict().items() if k != "size"}
+        model_config = gpt.config_for_size(
+            self.config.model.size,
             vocab_size=self.tokenizer.vocab_size,
-            max_len=max(data.seq_len, model_kw.pop("max_len", 0)),
+            max_len=max(self.config.data.seq_len, model_kw.pop("max_len", 0)),
             **model_kw,
         )
-        self.model = gpt.GPT(self.model_config)
+        return model_config, gpt.GPT(model_config)
 
     def init_batch(self) -> Batch:
         shape = (self.config.data.batch_size, self.config.data.seq_len)
