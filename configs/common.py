@@ -46,6 +46,24 @@ def source_config() -> dict:
     )
 
 
+def lm_data_config(tiny: bool) -> dict:
+    """The language-model data block: every LM family (GPT, NNLM) reads the same tokenizer,
+    packing and split, so their perplexities compare."""
+    return dict(
+        source_config(),
+        vocab_size=1024 if tiny else 32768,
+        cache_dir="",  # trained tokenizer; '' = <workdir>/data
+        seq_len=64 if tiny else 1024,
+        batch_size=32 if tiny else 512,
+        eval_batch_size=32 if tiny else 512,
+    )
+
+
+def lm_sample_config() -> dict:
+    """Text sampled from a trained LM at the end of train.py and by eval.py (num=0: none)."""
+    return dict(num=3, prompt="", max_len=48, temperature=0.8, top_k=0, top_p=0.95, seed=0)
+
+
 def mesh_config() -> ml_collections.ConfigDict:
     # data=-1 takes every device not used by fsdp/tensor, so the default runs anywhere.
     return ml_collections.ConfigDict(

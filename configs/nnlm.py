@@ -21,15 +21,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model = dict(size=variant.size, context=4, direct=True,
                         dropout_rate=0.0 if tiny else 0.1, dtype="float32",
                         param_dtype="float32")
-    # The data block is configs/gpt.py's: the same tokenizer, packing and split.
-    config.data = dict(
-        common.source_config(),
-        vocab_size=1024 if tiny else 32768,
-        cache_dir="",  # trained tokenizer; '' = <workdir>/data
-        seq_len=64 if tiny else 1024,
-        batch_size=32 if tiny else 512,
-        eval_batch_size=32 if tiny else 512,
-    )
+    config.data = common.lm_data_config(tiny)
     steps = ml_collections.FieldReference(400 if tiny else 100_000)
     config.optim = default_optim_config()
     config.optim.update(learning_rate=3e-3 if tiny else 1e-3, warmup_steps=40 if tiny else 2000,
@@ -37,8 +29,6 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.optim.total_steps = steps
     config.train = common.train_config(steps)
     config.train.best_metric = "perplexity"
-    # Text sampled from the trained model at the end of train.py and by eval.py (num=0: none).
-    config.sample = dict(num=3, prompt="", max_len=48, temperature=0.8, top_k=0, top_p=0.95,
-                         seed=0)
+    config.sample = common.lm_sample_config()
     config.mesh = common.mesh_config()
     return config
