@@ -211,6 +211,31 @@ def make_score(name: str, /, **kwargs) -> nn.Module:
     return cls(**kwargs)
 
 
+def scorer_for(score: str | nn.Module, score_kwargs: Mapping[str, Any] | None, dtype: Dtype,
+               param_dtype: Dtype, owner: str) -> nn.Module:
+    """The scorer an attention module uses: built by registry name (named 'score' under the
+    calling module, with its `dtype`/`param_dtype` where the scorer takes them) or given."""
+    if isinstance(score, str):
+        cls = SCORES.get(score)
+        extra = {k: v for k, v in (("dtype", dtype), ("param_dtype", param_dtype))
+                 if cls is not None and k in cls.__dataclass_fields__}
+        return make_score(score, **{**extra, **dict(score_kwargs or {})}, name="score")
+    if score_kwargs:
+        raise ValueError(f"{owner}: score_kwargs only applies when `score` is a name; configure "
+                         "the scorer module directly instead")
+    return score
+
+
+def squeeze_head_mask(mask, owner: str):
+    """A [b, 1, m, n] attention mask (zoo.nn.masks' layout, one head axis) as [b, m, n]."""
+    if mask is not None and mask.ndim == 4:
+        if mask.shape[1] != 1:
+            raise ValueError(f"{owner}: a 4-D mask must be [b, 1, m, n] (no heads), got "
+                             f"{mask.shape}")
+        mask = mask[:, 0]
+    return mask
+
+
 class KeyValueAttention(nn.Module):
     """att((K, V), q) = sum_n softmax_n(s(k_n, q)) v_n for any scorer.
 
@@ -240,23 +265,9 @@ class KeyValueAttention(nn.Module):
           (context [b, m, dv] in `dtype`, weights [b, m, n] in float32).
         """
         values = keys if values is None else values
-        if isinstance(self.score, str):
-            cls = SCORES.get(self.score)
-            extra = {k: v for k, v in (("dtype", self.dtype), ("param_dtype", self.param_dtype))
-                     if cls is not None and k in cls.__dataclass_fields__}
-            scorer = make_score(self.score, **{**extra, **dict(self.score_kwargs or {})},
-                                name="score")
-        else:
-            if self.score_kwargs:
-                raise ValueError("KeyValueAttention: score_kwargs only applies when `score` is "
-                                 "a name; configure the scorer module directly instead")
-            scorer = self.score
+        scorer = scorer_for(self.score, self.score_kwargs, self.dtype, self.param_dtype,
+                            "KeyValueAttention")
         scores = scorer(queries, keys)  # (b, m, n) float32
-        if mask is not None and mask.ndim == 4:
-            if mask.shape[1] != 1:
-                raise ValueError(f"KeyValueAttention: a 4-D mask must be [b, 1, m, n] (no "
-                                 f"heads), got {mask.shape}")
-            mask = mask[:, 0]
-        weights = masked_softmax(scores, mask)  # (b, m, n) float32
+        weights = masked_softmax(scores, squeeze_head_mask(mask, "KeyValueAttention"))
         context = jnp.einsum("bmn,bnd->bmd", weights.astype(self.dtype), values.astype(self.dtype))
         return context, weights
