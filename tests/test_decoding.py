@@ -503,3 +503,77 @@ def test_from_linen_needs_a_decode_model(params):
         decoding.from_linen(GPT(CFG), params, {})
     with pytest.raises(ValueError, match="structure"):
         decoding.from_linen(GPT(CFG, decode=True), params, {"wpe": {}})
+
+
+# ---------------------------------------------------------------------------------------------
+# Seed 002's worked example: greedy search is not optimal
+
+
+# Vocabulary of the example: pad, bos, <eos>, A, B, C.
+_S_PAD, _S_BOS, _S_EOS, _S_A, _S_B, _S_C = range(6)
+# P(next | prefix) over (A, B, C, <eos>) for the prefixes the example walks. The greedy path's
+# columns are the seed's table (time steps 1-4); after "A C" step 3 and after "A C B" step 4 are
+# the columns that make the better sequence 0.5 x 0.3 x 0.6 x 0.6 (d2l's figure).
+_SEED_TABLE = {
+    (): (0.5, 0.2, 0.2, 0.1),
+    (_S_A,): (0.1, 0.4, 0.3, 0.2),
+    (_S_A, _S_B): (0.2, 0.2, 0.4, 0.2),
+    (_S_A, _S_B, _S_C): (0.0, 0.2, 0.2, 0.6),
+    (_S_A, _S_C): (0.1, 0.6, 0.2, 0.1),
+    (_S_A, _S_C, _S_B): (0.1, 0.2, 0.1, 0.6),
+}
+_OTHER_PREFIX = (0.25, 0.25, 0.25, 0.25)  # any prefix the example does not show
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedTableStep:
+    """A 'model' that is seed 002's conditional probability table: the state is the generated
+    prefix (up to 4 tokens, -1 = empty slot) and its length."""
+
+    def __call__(self, params, tokens, state):
+        del params
+        token = tokens[:, -1]
+        grows = token != _S_BOS  # the BOS prompt is no output token
+        prefix = jnp.where(
+            grows[:, None] & (jnp.arange(4)[None] == state["length"][:, None]),
+            token[:, None], state["prefix"])
+        length = state["length"] + grows
+        known = np.full((len(_SEED_TABLE), 4), -1, np.int32)
+        for i, p in enumerate(_SEED_TABLE):
+            known[i, :len(p)] = p
+        match = jnp.all(prefix[:, None] == known[None], axis=-1)  # (N, prefixes)
+        probs = jnp.where(match.any(-1, keepdims=True),
+                          match.astype(jnp.float32) @ jnp.asarray(list(_SEED_TABLE.values())),
+                          jnp.asarray(_OTHER_PREFIX))  # (N, 4): A, B, C, <eos>
+        # Logits over the vocabulary: pad and bos are never produced (probability 0).
+        full = jnp.zeros((tokens.shape[0], 6)).at[:, [_S_A, _S_B, _S_C, _S_EOS]].set(probs)
+        return jnp.log(full), {"prefix": prefix, "length": length}
+
+
+def _seed_table_decoder():
+    state = {"prefix": jnp.full((1, 4), -1, jnp.int32), "length": jnp.zeros((1,), jnp.int32)}
+    return decoding.Decoder(step=SeedTableStep(), params={}, state=state, batch_axes=(0, 0))
+
+
+def test_seed_002_greedy_gets_0_048_and_beam_search_finds_0_054():
+    prompt = np.array([[_S_BOS]], np.int32)
+    ends = dict(max_len=5, eos_id=_S_EOS, pad_id=_S_PAD)
+    greedy = decoding.greedy(_seed_table_decoder(), prompt, **ends)
+    assert greedy.tokens[0].tolist() == [_S_BOS, _S_A, _S_B, _S_C, _S_EOS]
+    assert round(float(np.exp(greedy.scores[0])), 3) == 0.048  # 0.5 x 0.4 x 0.4 x 0.6
+    better = [_S_BOS, _S_A, _S_C, _S_B, _S_EOS]
+    for beam_size, alpha in ((2, 0.0), (2, 0.75), (3, 0.75)):
+        beam = decoding.beam_search(_seed_table_decoder(), prompt, beam_size=beam_size,
+                                    alpha=alpha, **ends)
+        assert beam.tokens[0, 0].tolist() == better, (beam_size, alpha)
+        log_p = float(beam.scores[0, 0]) * 4**alpha  # undo the length normalisation (L = 4)
+        assert round(float(np.exp(log_p)), 3) == 0.054  # 0.5 x 0.3 x 0.6 x 0.6
+    # The table also gives "A <eos>" 0.5 x 0.2 = 0.1, more than either 4-token sequence: a
+    # 3-wide beam keeps it, and by raw probability (alpha 0) it wins. Seed 002's 1/L^alpha
+    # normalisation (alpha 0.75, above) is what ranks the longer 0.054 sentence first.
+    raw = decoding.beam_search(_seed_table_decoder(), prompt, beam_size=3, alpha=0.0, **ends)
+    assert raw.tokens[0, 0].tolist()[:3] == [_S_BOS, _S_A, _S_EOS]
+    assert round(float(np.exp(raw.scores[0, 0])), 3) == 0.1
+    # Beam 1 is greedy search: it keeps the same 0.048 sequence.
+    beam1 = decoding.beam_search(_seed_table_decoder(), prompt, beam_size=1, alpha=0.0, **ends)
+    assert beam1.tokens[0, 0].tolist() == greedy.tokens[0].tolist()
