@@ -13,6 +13,31 @@ import pytest
 from configs import bert_pretrain
 from configs import gpt as gpt_config
 
+# Modules that train for minutes, longest first. `--dist loadscope` (pyproject addopts) keeps a
+# module on one xdist worker, so its module-scoped training fixture runs once; starting these
+# first lets the short modules fill the other worker around them instead of trailing behind.
+_LONG_MODULES = (
+    "tests/test_main_job.py",
+    "tests/test_translation.py",
+    "tests/test_elmo.py",
+    "tests/test_rnn_translation.py",
+    "tests/test_bert_pretraining.py",
+    "tests/test_classification_finetune.py",
+    "tests/test_gpt_job.py",
+    "tests/train/test_resume.py",
+    "tests/test_squad_finetune.py",
+    "tests/test_rnnlm_task.py",
+    "tests/test_nnlm_task.py",
+    "tests/test_word2vec.py",
+)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    rank = {path: i for i, path in enumerate(_LONG_MODULES)}
+    # A stable sort: within a module, and among the short modules, collection order stays.
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))
+
 
 @pytest.fixture
 def tiny_lm_config():
