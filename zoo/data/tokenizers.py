@@ -2,8 +2,8 @@
 
 `Tokenizer` is what tasks use: ids, character offsets into the original text (SQuAD answer
 spans), special ids and word starts (whole-word masking). `load_tokenizer(path)` picks the
-implementation from the file: a SentencePiece `.model` or a BERT `vocab.txt`
-(zoo.data.wordpiece).
+implementation from the file: a SentencePiece `.model`, a BERT `vocab.txt`
+(zoo.data.wordpiece) or a GPT-2 directory's vocab.json + merges.txt (zoo.data.gpt2_bpe).
 
 SentencePiece models trained here fix their special ids so GPT and BERT share one model:
 pad = 0 (never a real token; loss weight 0), unk = 1, bos = 2, eos = 3, [CLS] = 4, [SEP] = 5,
@@ -25,6 +25,7 @@ from typing import Protocol, runtime_checkable
 
 import sentencepiece as spm
 
+from zoo.data.gpt2_bpe import MERGES_FILE, VOCAB_FILE, GPT2Tokenizer
 from zoo.data.wordpiece import WordPieceTokenizer
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
@@ -247,16 +248,19 @@ def load_or_train(
 
 
 def load_tokenizer(path: str, lowercase: bool = True) -> Tokenizer:
-    """Loads a SentencePiece `.model` or a BERT WordPiece `vocab.txt`.
+    """Loads a SentencePiece `.model`, a BERT WordPiece `vocab.txt` or a GPT-2 byte-level BPE.
 
     Args:
-      path: a `.model` file, a `.txt` vocabulary, or a directory holding `vocab.txt` or a
-        single `.model` file (e.g. a converted checkpoint).
+      path: a `.model` file, a `.txt` vocabulary, or a directory holding GPT-2's vocab.json +
+        merges.txt (zoo.data.gpt2_bpe), `vocab.txt` or a single `.model` file (e.g. a converted
+        checkpoint).
       lowercase: WordPiece only: True for uncased vocabularies (also strips accents, as BERT
         does). SentencePiece models are always cased.
     """
     if os.path.isdir(path):
         models = sorted(f for f in os.listdir(path) if f.endswith(".model"))
+        if all(os.path.isfile(os.path.join(path, f)) for f in (VOCAB_FILE, MERGES_FILE)):
+            return GPT2Tokenizer.from_directory(path)
         if os.path.isfile(os.path.join(path, "vocab.txt")):
             path = os.path.join(path, "vocab.txt")
         elif len(models) == 1:
