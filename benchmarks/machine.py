@@ -1,0 +1,108 @@
+"""What every benchmark shares: the machine's name, where its results go, and how a jitted
+function is timed and sized.
+
+Timing: one warm-up call (compilation, first-touch allocation), then `repeats` calls each ended by
+`jax.block_until_ready` (JAX dispatches asynchronously: without it a call would time only the
+enqueue); the median is reported, the minimum kept beside it. Sizes: XLA's own cost analysis
+(FLOPs, bytes accessed) and memory analysis (argument, output and temporary buffers of the
+compiled program) of the same jitted function, plus the allocator's peak where the backend keeps
+one (GPU/TPU; the CPU backend does not, so there the compiled program's buffers stand for it).
+"""
+
+import json
+import os
+import platform
+import re
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+RESULTS_ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def machine_name() -> str:
+    """A directory-safe name for this machine: the accelerator kind (e.g. 'nvidia-h100-80gb-hbm3'),
+    or 'cpu-<cores>c-<arch>' on a CPU."""
+    device = jax.devices()[0]
+    if device.platform == "cpu":
+        name = f"cpu-{os.cpu_count()}c-{platform.machine()}"
+    else:
+        name = f"{device.platform}-{device.device_kind}"
+    return re.sub(r"[^a-z0-9.]+", "-", name.lower()).strip("-")
+
+
+def results_dir(out: str | None = None) -> str:
+    """`out`, or benchmarks/results/<machine>; created."""
+    directory = out or os.path.join(RESULTS_ROOT, machine_name())
+    os.makedirs(directory, exist_ok=True)
+    return directory
+
+
+def time_call(fn: Callable, *args, warmup: int = 1, repeats: int = 5) -> dict[str, float]:
+    """Median and minimum wall seconds of `fn(*args)` over `repeats` timed calls."""
+    if repeats < 1:
+        raise ValueError(f"time_call: repeats={repeats} must be >= 1")
+    for _ in range(warmup):
+        jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return {"median_s": statistics.median(times), "min_s": min(times), "repeats": repeats}
+
+
+def compile_stats(jitted: Any, *args) -> dict[str, float | None]:
+    """Compile time, XLA's FLOPs and bytes accessed, and the compiled program's buffer bytes
+    (arguments + outputs + temporaries) for `jitted(*args)`. Call it before the function first
+    runs: a program already compiled in this process comes from jax's cache in no time."""
+    start = time.perf_counter()
+    compiled = jitted.lower(*args).compile()
+    compile_s = time.perf_counter() - start
+    cost = compiled.cost_analysis()
+    if isinstance(cost, (list, tuple)):  # older jax: one dict per program
+        cost = cost[0] if cost else {}
+    cost = cost or {}
+    memory = compiled.memory_analysis()
+    buffers = None
+    if memory is not None:
+        buffers = (memory.argument_size_in_bytes + memory.output_size_in_bytes
+                   + memory.temp_size_in_bytes - memory.alias_size_in_bytes)
+    return {
+        "compile_s": compile_s,
+        "xla_flops": cost.get("flops"),
+        "xla_bytes_accessed": cost.get("bytes accessed"),
+        "temp_bytes": None if memory is None else memory.temp_size_in_bytes,
+        "program_bytes": buffers,
+    }
+
+
+def peak_memory_bytes(device=None) -> int | None:
+    """The allocator's peak bytes in use on `device` (None where the backend keeps no stats)."""
+    stats = (device or jax.devices()[0]).memory_stats()
+    return None if not stats else stats.get("peak_bytes_in_use")
+
+
+def device_memory_bytes(device=None) -> int | None:
+    """Memory the device can hold (the allocator's limit; None on the CPU backend)."""
+    stats = (device or jax.devices()[0]).memory_stats()
+    return None if not stats else stats.get("bytes_limit")
+
+
+def measured_matmul_flops(size: int = 2048, dtype=jnp.float32, repeats: int = 5) -> float:
+    """FLOP/s of one square matmul on this device: the rate MFU is also reported against where
+    no spec is known (and beside the spec where it is)."""
+    a = jnp.ones((size, size), dtype)
+    matmul = jax.jit(lambda x, y: x @ y)
+    seconds = time_call(matmul, a, a, repeats=repeats)["median_s"]
+    return 2.0 * size**3 / seconds
+
+
+def write_jsonl(path: str, records: Iterable[dict]) -> None:
+    with open(path, "w") as f:
+        for record in records:
+            f.write(json.dumps(record) + "\n")
