@@ -11,7 +11,7 @@ import pytest
 from configs import bert_pretrain as bert_pretrain_config
 from configs import gpt as gpt_config
 from zoo.train import loop
-from zoo.train.checkpoint import Checkpointer
+from zoo.train.checkpoint import Checkpointer, MissingParamsError
 
 
 def _batches(setup, n):
@@ -189,3 +189,10 @@ def test_init_from_takes_params_but_not_optimizer_or_step(tiny_lm_config, tmp_pa
     with pytest.raises(FileNotFoundError, match="config.train.init_from"):
         loop.run(tiny_lm_config(steps=1, init_from=str(tmp_path / "nowhere")),
                  str(tmp_path / "third"))
+    # A deeper model than the checkpoint's: orbax would hand back placeholders for the extra
+    # layer; the restore names what is missing instead, and nothing starts from them.
+    deeper = tiny_lm_config(steps=1, init_from=first)
+    deeper.model.num_layers = 3  # tiny has 2
+    deeper_setup = loop.build(deeper, str(tmp_path / "deeper"))
+    with pytest.raises(MissingParamsError, match=r"lack .* parameters.*h.*layer_2"):
+        loop._init_params_from(first, deeper_setup.state)

@@ -11,6 +11,10 @@ import jax
 import orbax.checkpoint as ocp
 
 
+class MissingParamsError(ValueError):
+    """A checkpoint holds none of (or only part of) the parameters asked for."""
+
+
 class Checkpointer:
     """One directory of step checkpoints.
 
@@ -89,7 +93,18 @@ class Checkpointer:
             raise ValueError(
                 f"the params saved in {self.directory} (step {step}) do not fit this model: {e}"
             ) from None
-        return restored["state"]["params"]
+        params = restored["state"]["params"]
+        # A partial restore leaves what the checkpoint lacks as ShapeDtypeStruct placeholders
+        # instead of failing; a run must never start from them.
+        missing = [jax.tree_util.keystr(path) for path, x in
+                   jax.tree_util.tree_leaves_with_path(params)
+                   if isinstance(x, jax.ShapeDtypeStruct)]
+        if missing:
+            raise MissingParamsError(
+                f"the params saved in {self.directory} (step {step}) lack {len(missing)} of this "
+                f"model's parameters, e.g. {missing[:3]}; init_from must be a run of this model "
+                "(or of the model this task fine-tunes)")
+        return params
 
     def close(self) -> None:
         self._manager.wait_until_finished()

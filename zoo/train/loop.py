@@ -15,7 +15,7 @@ from jax.experimental import multihost_utils
 from zoo import tasks
 from zoo.train import metrics as metrics_lib
 from zoo.train import dry_run, optim, partitioning, step
-from zoo.train.checkpoint import Checkpointer
+from zoo.train.checkpoint import Checkpointer, MissingParamsError
 from zoo.train.state import TrainState
 
 NONFINITE_POLICIES = ("skip", "stop")
@@ -260,12 +260,22 @@ def _init_params_from(workdir: str, state: TrainState, subtree: str | None = Non
         params = source.restore_params(state.params)
     else:
         params = dict(state.params)
-        params[subtree] = source.restore_params({subtree: state.params[subtree]})[subtree]
+        params[subtree] = _restore_subtree(source, state.params[subtree], subtree)
     if jax.process_index() == 0:
         print(f"initialised params from {source.directory} step {source.latest_step()}",
               flush=True)
     source.close()
     return state.replace(params=params)
+
+
+def _restore_subtree(source: Checkpointer, target, subtree: str):
+    """The checkpoint's params[subtree] (a pretraining run with heads: BERT under 'bert'), or all
+    of its params when it is the bare model (a GPT language model under a classifier's 'gpt'),
+    as _pretrained_params does for directories."""
+    try:
+        return source.restore_params({subtree: target})[subtree]
+    except MissingParamsError:
+        return source.restore_params(target)
 
 
 def _pretrained_params(directory: str, params, subtree: str | None):
