@@ -57,22 +57,33 @@ class GPT(nn.Module):
 
     @nn.compact
     def __call__(self, tokens, *, positions=None, segment_ids=None, deterministic=True,
-                 sow_weights=False):
+                 sow_weights=False, extra_embeddings=None, return_hidden=False):
         """tokens [B, T] int -> logits [B, T, V] (float32).
 
         positions/segment_ids [B, T] come from packing; segment ids keep attention inside each
         document (0 = padding). In decode mode the causal part is the KV cache's job.
         sow_weights stores every layer's attention weights [B, heads, T, T] in 'intermediates'
         (apply with mutable=['intermediates']; zoo.attention_maps reads them).
+        extra_embeddings [K, D]: input rows for ids V .. V+K-1, tokens outside the vocabulary
+        (fine-tuning's delimiter / extract tokens, zoo.models.gpt_classifier); logits still
+        cover the V vocabulary tokens only.
+        return_hidden: return (logits, hidden [B, T, D]), hidden being the final states after
+        ln_f (what the output layer reads).
         """
         cfg = self.config
         dtype, param_dtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
         wte = Embed(cfg.vocab_size, cfg.embed_dim, dtype=dtype, param_dtype=param_dtype,
                     name="wte")
+        embedded = wte(tokens)
+        if extra_embeddings is not None:
+            # Embed clamps ids >= V to the last row; those positions take their extra row.
+            extra = jnp.take(extra_embeddings, tokens - cfg.vocab_size, axis=0, mode="clip")
+            embedded = jnp.where((tokens >= cfg.vocab_size)[..., None],
+                                 extra.astype(dtype), embedded)  # (B, T, D)
         x = LearnedPositionalEmbedding(
             cfg.max_len, cfg.embed_dim, decode=self.decode, dtype=dtype, param_dtype=param_dtype,
             name="wpe",
-        )(wte(tokens), positions=positions)
+        )(embedded, positions=positions)
         x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
 
         if self.decode:
@@ -102,4 +113,6 @@ class GPT(nn.Module):
         # The decoder stack ends with the pre-LN final LayerNorm (GPT-2's ln_f).
         logits = wte.attend(x)
         logits = nn.with_logical_constraint(logits, ("act_batch", "act_len", "act_vocab"))
+        if return_hidden:
+            return logits.astype(jnp.float32), x
         return logits.astype(jnp.float32)

@@ -15,6 +15,7 @@ _REGISTRY = {
     "translate": "zoo.tasks.translation:TranslationTask",
     "nnlm": "zoo.tasks.nnlm:NNLMTask",
     "word2vec": "zoo.tasks.word2vec:Word2VecTask",
+    "gpt_classify": "zoo.tasks.gpt_classification:GPTClassificationTask",
     "rnnlm": "zoo.tasks.rnnlm:RNNLanguageModelTask",
 }
 
