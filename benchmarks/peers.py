@@ -1,0 +1,226 @@
+"""The PyTorch side of benchmarks.step: Hugging Face transformers BERT and GPT-2, and
+torch.nn.LSTM, built to equal our models and timed on the same inputs.
+
+Like for like:
+* Models come from our configs through zoo.convert.{bert,gpt2}.config_to_hf, so widths, depths,
+  vocabularies, dropout and LayerNorm epsilons match, and so do the parameter counts (the
+  LSTM excepted: torch keeps two bias vectors per gate, b_ih and b_hh, where ours has one).
+* BERT's masked-LM head runs at the masked positions only, as ours does: HF's
+  BertForPreTraining.forward would project all T positions onto the vocabulary (about T / P =
+  6.4x the head's work), so the loss composes HF's own submodules (`bert`, `cls.predictions`,
+  `cls.seq_relationship`) around the same gather. GPT-2 is GPT2LMHeadModel's own forward, with
+  next-token cross-entropy over every position as in our LM task.
+* The train step is what a PyTorch user writes: zero_grad, loss.backward(), clip the global
+  gradient norm, AdamW.step(), with our optimizer config's betas, eps, weight decay (not on
+  biases and LayerNorm gains, as zoo.train.optim.decay_mask) and clipping norm. The forward runs
+  in eval mode under torch.no_grad(), as our eval step runs without dropout.
+* Same compute dtype: float32 plain; bfloat16 through torch.autocast over float32 parameters
+  (our param_dtype float32 + dtype bfloat16).
+* Same threads on a CPU: torch.set_num_threads(n) with n = the CPUs this process may run on,
+  the size of XLA's CPU thread pool.
+Timing mirrors benchmarks.machine.time_call: warm-up calls, then the median of `repeats` calls,
+each ended by torch.cuda.synchronize() on a GPU (CUDA, like JAX, runs asynchronously).
+"""
+
+import os
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from zoo.convert import bert as bert_convert
+from zoo.convert import gpt2 as gpt2_convert
+from zoo.models.bert import BertConfig
+from zoo.models.gpt import GPTConfig
+
+
+def unavailable_reason(jax_platform: str = "cpu") -> str | None:
+    """Why the peers cannot run here (None when they can): torch or transformers missing (the
+    project's 'parity' extra), or a JAX accelerator with a torch that cannot reach one."""
+    try:
+        import torch
+        import transformers  # noqa: F401
+    except ImportError as error:
+        return (f"{error.name or 'torch'} is not installed (pip install -e '.[parity]' brings "
+                "torch and transformers)")
+    if jax_platform == "gpu" and not torch.cuda.is_available():
+        return ("JAX runs on a GPU but this torch has no CUDA device: a GPU step against a CPU "
+                "step would compare machines, not frameworks")
+    if jax_platform not in ("cpu", "gpu"):
+        return f"no PyTorch peer for JAX platform {jax_platform!r}"
+    return None
+
+
+def cpu_threads() -> int:
+    """The CPUs this process may run on: the size of XLA's CPU thread pool."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def setup_torch(jax_platform: str) -> dict[str, Any]:
+    """Sets torch's intra-op threads to XLA's and returns what the peers run on."""
+    import torch
+    import transformers
+
+    threads = cpu_threads()
+    torch.set_num_threads(threads)
+    device = "cuda" if jax_platform == "gpu" else "cpu"
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "torch_device": device, "torch_threads": torch.get_num_threads()}
+
+
+def hf_bert(config: BertConfig):
+    """transformers.BertForPreTraining with our BERT's architecture (random init)."""
+    import transformers
+
+    return transformers.BertForPreTraining(
+        transformers.BertConfig(**bert_convert.config_to_hf(config)))
+
+
+def hf_gpt2(config: GPTConfig):
+    """transformers.GPT2LMHeadModel with our GPT's architecture (random init)."""
+    import transformers
+
+    # GPT-2's default bos/eos id (50256) lies outside smaller vocabularies.
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        **gpt2_convert.config_to_hf(config, bos_token_id=0, eos_token_id=0)))
+
+
+def torch_lstm(features: int, hidden: int):
+    import torch
+
+    return torch.nn.LSTM(features, hidden, batch_first=True)
+
+
+def num_params(module) -> int:
+    """Distinct parameters (a tied weight counted once, as in our params tree)."""
+    return sum(p.numel() for p in module.parameters())
+
+
+def _time(fn: Callable[[], Any], sync: Callable[[], None], warmup: int, repeats: int
+          ) -> dict[str, float]:
+    for _ in range(warmup):
+        fn()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        sync()
+        times.append(time.perf_counter() - start)
+    return {"median_s": statistics.median(times), "min_s": min(times), "repeats": repeats}
+
+
+def bert_loss(model, b):
+    """Our mlm_nsp objective (mean MLM loss over masked positions + mean NSP loss) from HF's
+    BERT submodules, on a torch batch of our task's keys (`to_torch`)."""
+    import torch
+    import torch.nn.functional as F
+
+    out = model.bert(input_ids=b["input_ids"], token_type_ids=b["token_type_ids"],
+                     attention_mask=b["attention_mask"])
+    seq, pooled = out.last_hidden_state, out.pooler_output  # (B, T, H), (B, H)
+    index = b["masked_lm_positions"][..., None].expand(-1, -1, seq.shape[-1])  # (B, P, H)
+    mlm = model.cls.predictions(torch.gather(seq, 1, index)).float()  # (B, P, V)
+    nsp = model.cls.seq_relationship(pooled).float()  # (B, 2)
+    weights = b["masked_lm_weights"].flatten()
+    mlm_nll = F.cross_entropy(mlm.flatten(0, 1), b["masked_lm_ids"].flatten(), reduction="none")
+    mlm_loss = (mlm_nll * weights).sum() / weights.sum().clamp(min=1.0)
+    return mlm_loss + F.cross_entropy(nsp, b["next_sentence_labels"])
+
+
+def gpt2_loss(model, b):
+    """Mean next-token cross-entropy over every position (our LM task's, weights all 1)."""
+    import torch.nn.functional as F
+
+    logits = model(input_ids=b["inputs"]).logits.float()  # (B, T, V)
+    return F.cross_entropy(logits.flatten(0, 1), b["targets"].flatten())
+
+
+def to_torch(batch: dict[str, np.ndarray], device: str = "cpu") -> dict[str, Any]:
+    """Our numpy batch as torch tensors (integer arrays as int64, what torch indexes with)."""
+    import torch
+
+    tensors = {k: torch.as_tensor(np.asarray(v)).to(device) for k, v in batch.items()}
+    return {k: v if v.is_floating_point() else v.long() for k, v in tensors.items()}
+
+
+_PEERS = {"bert": (hf_bert, bert_loss, "transformers.BertForPreTraining"),
+          "gpt": (hf_gpt2, gpt2_loss, "transformers.GPT2LMHeadModel")}
+
+
+def time_transformer(family: str, config: BertConfig | GPTConfig, batch: dict[str, np.ndarray],
+                     optim: Any, *, device: str = "cpu", dtype: str = "float32",
+                     warmup: int = 1, repeats: int = 5) -> dict[str, Any]:
+    """Forward (eval, no_grad) and train-step (AdamW) times of the HF peer of our `family`
+    model ('bert' | 'gpt') on `batch` (our task's numpy batch).
+
+    Args:
+      optim: our optimizer config (b1, b2, eps, weight_decay, learning_rate, clip_norm).
+    """
+    import torch
+
+    if family not in _PEERS:
+        raise ValueError(f"time_transformer: family={family!r} must be one of {list(_PEERS)}")
+    build, loss_fn, name = _PEERS[family]
+    torch.manual_seed(0)
+    model = build(config).to(device)
+    b = to_torch(batch, device)
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]  # biases and LayerNorm gains
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": optim.weight_decay},
+         {"params": no_decay, "weight_decay": 0.0}],
+        lr=optim.learning_rate, betas=(optim.b1, optim.b2), eps=optim.eps)
+    autocast = dict(device_type=device, dtype=torch.bfloat16, enabled=dtype == "bfloat16")
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def forward():
+        with torch.no_grad(), torch.autocast(**autocast):
+            return loss_fn(model, b)
+
+    def train_step():
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(**autocast):
+            loss = loss_fn(model, b)
+        loss.backward()
+        if optim.clip_norm:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), optim.clip_norm)
+        optimizer.step()
+        return loss
+
+    model.eval()
+    forward_t = _time(forward, sync, warmup, repeats)
+    model.train()
+    step_t = _time(train_step, sync, warmup, repeats)
+    return {"name": name, "params": num_params(model), "forward": forward_t, "step": step_t,
+            "attention": model.config._attn_implementation}
+
+
+def time_lstm(batch: int, steps: int, features: int, *, device: str = "cpu",
+              warmup: int = 1, repeats: int = 5) -> dict[str, Any]:
+    """Forward (no_grad) and forward + backward (d sum(outputs) / d params, inputs) times of a
+    one-layer torch.nn.LSTM on (batch, steps, features) float32 inputs, hidden = features."""
+    import torch
+
+    torch.manual_seed(0)
+    lstm = torch_lstm(features, features).to(device)
+    x = torch.randn(batch, steps, features, device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def forward():
+        with torch.no_grad():
+            return lstm(x)[0]
+
+    def forward_backward():
+        lstm.zero_grad(set_to_none=True)
+        xg = x.detach().requires_grad_()
+        lstm(xg)[0].sum().backward()
+
+    return {"name": "torch.nn.LSTM", "params": num_params(lstm),
+            "forward": _time(forward, sync, warmup, repeats),
+            "train": _time(forward_backward, sync, warmup, repeats)}

@@ -1,0 +1,472 @@
+"""Training-step throughput and MFU of BERT pretraining and GPT language modelling, beside the
+same models in PyTorch (Hugging Face transformers) and our LSTM beside torch.nn.LSTM.
+
+    python -m benchmarks.step --quick    # 2-core CPU, a few minutes: tiny/small at seq 64, 128
+    python -m benchmarks.step --full     # GPU: BERT base/large, GPT-2 124M/355M at 128/512/1024
+    python -m benchmarks.step --quick --models gpt --sizes tiny --seq-lens 64 --profile /tmp/tr
+
+What is timed is the step train.py runs: the task's own loss (zoo.tasks.mlm_nsp /
+zoo.tasks.lm, subclassed only to replace the corpus by random token batches of the right
+shapes), the job config's optimizer (configs/bert_pretrain.py, configs/gpt.py: AdamW, global
+norm clipping, schedule), TrainState, and zoo.train.loop.make_train_step's jit with shardings
+and donation on a one-device mesh. The batch is placed on the device once (the loop also copies
+each batch from the host; that transfer is not timed).
+
+FLOPs per token are the tasks' own (the numbers train.py's MFU uses):
+  BERT  6N + 12 L T H + 6 (H^2 + H V) P / T,    N = L (4 H^2 + 2 H F)
+        (zoo.models.bert.flops_per_token; P masked positions of T)
+  GPT   6N + 6 L T d,                            N = L (4 d^2 + 2 d F) + V d
+        (zoo.tasks.lm.LanguageModelTask.flops_per_token: the 12 L T d attention term halved,
+        a causal query sees half the keys on average)
+MFU = flops_per_token x tokens per step / step time, divided by the device's spec peak
+(zoo.train.metrics.peak_flops: H100/H200 989 TFLOP/s dense bf16; null where unknown, e.g.
+CPUs) and, always, by the FLOP/s of one square matmul measured here in the compute dtype
+(benchmarks.machine.measured_matmul_flops), so a CPU run also reports a utilisation.
+
+Peer ratios are our time / their time on the same inputs: < 1 means ours is faster. See
+benchmarks.peers for how the PyTorch side is made like for like.
+
+Outputs in benchmarks.machine.results_dir(--out): step.jsonl (every measurement),
+step_summary.json (one row per model/size/seq), step.md (tables), step.png; --append merges a
+run into the results already there (a preset split over commands with a time limit).
+"""
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+import types
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from benchmarks import machine, peers, step_report
+from configs import bert_pretrain
+from configs import gpt as gpt_job
+from zoo.models import bert
+from zoo.nn.recurrent import RNN
+from zoo.tasks import lm, mlm_nsp
+from zoo.tasks.base import Task
+from zoo.train import loop, metrics, optim, partitioning
+from zoo.train.state import TrainState
+
+FLOPS_FORMULAS = {
+    "bert": "6N + 12 L T H + 6 (H^2 + H V) P / T per token, N = L (4 H^2 + 2 H F) "
+            "(zoo.models.bert.flops_per_token; bidirectional attention, MLM head at P of T)",
+    "gpt": "6N + 6 L T d per token, N = L (4 d^2 + 2 d F) + V d "
+           "(zoo.tasks.lm.LanguageModelTask.flops_per_token; 12 L T d attention halved: causal)",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+    """A benchmark size: the job config variant it starts from, the vocabulary, and any model
+    fields changed from that variant's."""
+
+    variant: str
+    vocab_size: int
+    model: tuple[tuple[str, int], ...] = ()
+
+
+# Tiny sizes keep their job config's vocabulary; the others use the released tokenizers'
+# (BERT's WordPiece 30,522, GPT-2's BPE 50,257), so "124M" is GPT-2 small's parameter count.
+SIZES: dict[str, dict[str, Size]] = {
+    "bert": {
+        "tiny": Size("tiny", 2048),
+        "small": Size("small", 30522),
+        "base": Size("base", 30522),
+        "large": Size("large", 30522),
+    },
+    "gpt": {
+        "tiny": Size("tiny", 1024),
+        # GPT-2 has no size between tiny and 124M: BERT-small's shape (L4, A8, H512).
+        "small": Size("124M", 50257, (("num_layers", 4), ("num_heads", 8), ("embed_dim", 512),
+                                      ("mlp_dim", 2048))),
+        "124M": Size("124M", 50257),
+        "355M": Size("355M", 50257),
+    },
+}
+# Each preset: its models, sizes (each model runs those it defines), sequence lengths, tokens
+# per batch (batch = tokens // seq_len unless --batch), timed steps, compute dtype, the LSTM
+# (steps n, width d) shapes and batch, and the square matmul the MFU is also measured against.
+PRESETS = {
+    "quick": dict(models=("bert", "gpt"), sizes=("tiny", "small"), seq_lens=(64, 128),
+                  tokens=512, steps=3, dtype="float32", lstm=((64, 128), (128, 256)),
+                  lstm_batch=16, matmul=1024),
+    "full": dict(models=("bert", "gpt"), sizes=("base", "large", "124M", "355M"),
+                 seq_lens=(128, 512, 1024), tokens=8192, steps=10, dtype="bfloat16",
+                 lstm=((128, 512), (512, 1024), (1024, 1024)), lstm_batch=64, matmul=8192),
+}
+
+
+def num_predictions(seq_len: int) -> int:
+    """Masked positions per sequence at BERT's ratio (configs/bert_pretrain.py: 20 of 128,
+    80 of 512)."""
+    return max(1, round(seq_len * 5 / 32))
+
+
+def job_config(model: str, size: str, seq_len: int, batch: int, dtype: str
+               ) -> ml_collections.ConfigDict:
+    """The job config train.py would run for `model` at `size`, with the benchmark's batch
+    shape and compute dtype (the optimizer, dropout, layer scan and mesh stay the job's)."""
+    if model not in SIZES:
+        raise ValueError(f"--models: unknown model {model!r}; choose from {list(SIZES)}")
+    if size not in SIZES[model]:
+        raise ValueError(f"--sizes: {model} has no size {size!r}; it has {list(SIZES[model])}")
+    spec = SIZES[model][size]
+    if model == "bert":
+        config = bert_pretrain.get_config(f"size={spec.variant}")
+        config.data.max_predictions_per_seq = num_predictions(seq_len)
+    else:
+        config = gpt_job.get_config(f"size={spec.variant}")
+    config.model.update(dict(spec.model, dtype=dtype))
+    config.data.update(seq_len=seq_len, batch_size=batch, vocab_size=spec.vocab_size)
+    return config
+
+
+def random_batch(model: str, config: ml_collections.ConfigDict, vocab_size: int,
+                 seed: int = 0) -> dict[str, np.ndarray]:
+    """A batch with the task's keys, shapes and dtypes: full-length rows of random tokens
+    (MLM: P distinct masked positions per row and NSP labels; LM: next-token targets)."""
+    rng = np.random.default_rng(seed)
+    b, t = config.data.batch_size, config.data.seq_len
+    tokens = rng.integers(0, vocab_size, (b, t + 1), dtype=np.int32)
+    if model == "gpt":
+        return {
+            "inputs": tokens[:, :-1], "targets": tokens[:, 1:],
+            "positions": np.broadcast_to(np.arange(t, dtype=np.int32), (b, t)).copy(),
+            "segment_ids": np.ones((b, t), np.int32), "weights": np.ones((b, t), np.float32),
+        }
+    p = config.data.max_predictions_per_seq
+    # Never position 0 ([CLS]), as the pretraining data's masking.
+    positions = np.sort(np.stack([rng.choice(np.arange(1, t), p, replace=False)
+                                  for _ in range(b)]), axis=1).astype(np.int32)
+    return {
+        "input_ids": tokens[:, :t],
+        "token_type_ids": (np.arange(t) >= t // 2).astype(np.int32)[None].repeat(b, 0),
+        "attention_mask": np.ones((b, t), np.int32),
+        "masked_lm_positions": positions,
+        "masked_lm_ids": rng.integers(0, vocab_size, (b, p), dtype=np.int32),
+        "masked_lm_weights": np.ones((b, p), np.float32),
+        "next_sentence_labels": rng.integers(0, 2, (b,), dtype=np.int32),
+        "example_weight": np.ones((b,), np.float32),
+    }
+
+
+class _RandomPretraining(mlm_nsp.PretrainingTask):
+    """BERT pretraining's model, loss and FLOPs, on a random batch instead of a corpus."""
+
+    def __init__(self, config: ml_collections.ConfigDict, vocab_size: int):
+        Task.__init__(self, config, workdir="")
+        # As PretrainingTask.__init__ builds it, the tokenizer's vocabulary given.
+        model_kw = {k: v for k, v in config.model.to_dict().items() if k != "size"}
+        self.model_config = bert.config_for_size(
+            config.model.size, vocab_size=vocab_size,
+            max_position_embeddings=max(config.data.seq_len,
+                                        model_kw.pop("max_position_embeddings")),
+            **model_kw)
+        self.model = bert.BertForPreTraining(self.model_config)
+        self.batch = random_batch("bert", config, vocab_size)
+
+    def init_batch(self):
+        return self.batch
+
+
+class _RandomLM(lm.LanguageModelTask):
+    """The LM task's model, loss and FLOPs, on a random batch instead of a corpus."""
+
+    def __init__(self, config: ml_collections.ConfigDict, vocab_size: int):
+        Task.__init__(self, config, workdir="")
+        self.tokenizer = types.SimpleNamespace(vocab_size=vocab_size)  # all build_model reads
+        self.model_config, self.model = self.build_model()
+        self.batch = random_batch("gpt", config, vocab_size)
+
+    def init_batch(self):
+        return self.batch
+
+
+def make_task(model: str, config: ml_collections.ConfigDict, vocab_size: int) -> Task:
+    return (_RandomPretraining if model == "bert" else _RandomLM)(config, vocab_size)
+
+
+def build(config: ml_collections.ConfigDict, task: Task) -> loop.Setup:
+    """zoo.train.loop.build for a task made here: the job's optimizer and a sharded TrainState
+    on a one-device mesh."""
+    mesh = partitioning.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor,
+                                  devices=jax.devices()[:1])
+    rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes)
+                  for name, axes in config.mesh.rules)
+    optimizer = optim.make_optimizer(config.optim, frozen=task.frozen_subtrees())
+
+    def init_state(rng):
+        params_rng, state_rng = jax.random.split(rng)
+        return TrainState.create(task.init_params(params_rng), optimizer, state_rng)
+
+    state, state_sharding = partitioning.sharded_init(
+        init_state, mesh, rules, jax.random.key(config.train.seed))
+    return loop.Setup(task, mesh, rules, optimizer, state, state_sharding,
+                      partitioning.batch_sharding(mesh, rules))
+
+
+def count_params(tree) -> int:
+    return int(sum(np.prod(x.shape) for x in jax.tree.leaves(tree)))
+
+
+def _ratio(ours: float, theirs: float) -> float:
+    return ours / theirs
+
+
+def bench_transformer(model: str, size: str, seq_len: int, batch: int, *, dtype: str,
+                      steps: int, warmup: int, peak_spec: float | None, matmul_flops: float,
+                      peer_device: str | None, profile_dir: str | None
+                      ) -> tuple[list[dict], dict]:
+    """Times one (model, size, seq_len): our train step and forward, then the HF peer's.
+    Returns (jsonl records, the summary row)."""
+    config = job_config(model, size, seq_len, batch, dtype)
+    spec = SIZES[model][size]
+    task = make_task(model, config, spec.vocab_size)
+    setup = build(config, task)
+    train_step, eval_step = loop.make_train_step(setup, config), loop.make_eval_step(setup)
+    batch_arrays = jax.device_put(task.init_batch(), setup.batch_sharding)
+    key = dict(model=model, size=size, seq_len=seq_len, batch=batch, dtype=dtype)
+    params = count_params(setup.state.params)
+    with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
+        compiled = machine.compile_stats(train_step, setup.state, batch_arrays)
+        holder = [setup.state]  # donated each step: the next step takes the new state
+
+        def run_step(b):
+            holder[0], step_metrics = train_step(holder[0], b)
+            return holder[0], step_metrics
+
+        step_t = machine.time_call(run_step, batch_arrays, warmup=warmup, repeats=steps)
+        forward_t = machine.time_call(eval_step, holder[0].params, batch_arrays,
+                                      warmup=1, repeats=steps)
+        if profile_dir:
+            with jax.profiler.trace(os.path.join(profile_dir, f"{model}-{size}-{seq_len}")):
+                for _ in range(3):
+                    jax.block_until_ready(run_step(batch_arrays))
+
+    tokens = task.tokens_per_batch()
+    flops_per_token = task.flops_per_token()
+    model_flops = flops_per_token * tokens / step_t["median_s"]
+    row = dict(
+        key, params=params, tokens_per_step=tokens,
+        step_s=step_t["median_s"], step_min_s=step_t["min_s"],
+        tokens_per_s=tokens / step_t["median_s"], forward_s=forward_t["median_s"],
+        compile_s=compiled["compile_s"], flops_per_token=flops_per_token,
+        flops_per_step=flops_per_token * tokens, flops_formula=FLOPS_FORMULAS[model],
+        xla_flops_per_step=compiled["xla_flops"], program_bytes=compiled["program_bytes"],
+        # the allocator's peak since the process started (GPU/TPU; None on a CPU)
+        process_peak_memory_bytes=machine.peak_memory_bytes(), model_flops_per_s=model_flops,
+        mfu_spec=None if not peak_spec else model_flops / peak_spec,
+        mfu_vs_matmul=model_flops / matmul_flops,
+    )
+    records = [dict(key, kind="train_step", params=params, **step_t, **compiled),
+               dict(key, kind="forward", **forward_t)]
+    holder.clear()  # free our state before the peer allocates its own
+    del setup, batch_arrays
+
+    if peer_device is None:
+        return records, row
+    theirs = peers.time_transformer(model, task.model_config, task.init_batch(), config.optim,
+                                    device=peer_device, dtype=dtype, warmup=warmup,
+                                    repeats=steps)
+    records += [dict(key, kind="peer_forward", peer=theirs["name"], **theirs["forward"]),
+                dict(key, kind="peer_train_step", peer=theirs["name"], **theirs["step"])]
+    row["peer"] = dict(
+        name=theirs["name"], params=theirs["params"], attention=theirs["attention"],
+        forward_s=theirs["forward"]["median_s"], step_s=theirs["step"]["median_s"],
+        tokens_per_s=tokens / theirs["step"]["median_s"],
+        forward_ratio=_ratio(forward_t["median_s"], theirs["forward"]["median_s"]),
+        step_ratio=_ratio(step_t["median_s"], theirs["step"]["median_s"]),
+        # fastest against fastest: steadier than the medians on a busy machine
+        step_ratio_min=_ratio(step_t["min_s"], theirs["step"]["min_s"]),
+    )
+    return records, row
+
+
+def bench_lstm(batch: int, steps_n: int, width: int, *, repeats: int, warmup: int,
+               peer_device: str | None) -> tuple[list[dict], dict]:
+    """Our one-layer LSTM (zoo.nn.recurrent.RNN, float32) on (batch, n, d) inputs: forward and
+    forward + backward (gradients of sum(outputs) w.r.t. params and inputs), beside
+    torch.nn.LSTM."""
+    rnn = RNN(hidden_size=width, cell="lstm")
+    x = jax.random.normal(jax.random.key(0), (batch, steps_n, width), jnp.float32)
+    params = nn.unbox(jax.jit(rnn.init)(jax.random.key(1), x))["params"]
+
+    def forward(p, inputs):
+        return rnn.apply({"params": p}, inputs)[0]  # (B, n, d)
+
+    backward = jax.jit(jax.grad(lambda p, inputs: forward(p, inputs).sum(), argnums=(0, 1)))
+    forward_t = machine.time_call(jax.jit(forward), params, x, warmup=warmup, repeats=repeats)
+    train_t = machine.time_call(backward, params, x, warmup=warmup, repeats=repeats)
+    key = dict(batch=batch, n=steps_n, d=width)
+    records = [dict(key, kind="lstm_forward", **forward_t),
+               dict(key, kind="lstm_train", **train_t)]
+    row = dict(key, params=count_params(params), forward_s=forward_t["median_s"],
+               train_s=train_t["median_s"])
+    if peer_device is None:
+        return records, row
+    theirs = peers.time_lstm(batch, steps_n, width, device=peer_device, warmup=warmup,
+                             repeats=repeats)
+    records += [dict(key, kind="peer_lstm_forward", peer=theirs["name"], **theirs["forward"]),
+                dict(key, kind="peer_lstm_train", peer=theirs["name"], **theirs["train"])]
+    row["peer"] = dict(
+        name=theirs["name"], params=theirs["params"],
+        forward_s=theirs["forward"]["median_s"], train_s=theirs["train"]["median_s"],
+        forward_ratio=_ratio(forward_t["median_s"], theirs["forward"]["median_s"]),
+        train_ratio=_ratio(train_t["median_s"], theirs["train"]["median_s"]),
+        train_ratio_min=_ratio(train_t["min_s"], theirs["train"]["min_s"]),
+    )
+    return records, row
+
+
+def _ints(text: str, flag: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v)
+    except ValueError:
+        raise ValueError(f"{flag}={text!r} must be comma-separated integers") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"{flag}={text!r} must list integers >= 1")
+    return values
+
+
+def _lstm_shapes(text: str) -> tuple[tuple[int, int], ...]:
+    if text in ("", "none"):
+        return ()
+    try:
+        shapes = tuple(tuple(int(v) for v in item.split("x")) for item in text.split(","))
+    except ValueError:
+        shapes = ((),)
+    if any(len(s) != 2 or min(s) < 1 for s in shapes):
+        raise ValueError(f"--lstm={text!r} must be comma-separated STEPSxWIDTH pairs, e.g. "
+                         "'64x128,128x256' (or 'none')")
+    return shapes
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.step", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    preset = parser.add_mutually_exclusive_group()
+    preset.add_argument("--quick", action="store_true",
+                        help="2-core CPU preset (the default): tiny/small, seq 64/128, float32")
+    preset.add_argument("--full", action="store_true",
+                        help="GPU preset: BERT base/large, GPT-2 124M/355M, seq 128/512/1024, "
+                             "bfloat16")
+    parser.add_argument("--models", help="comma-separated: bert,gpt")
+    parser.add_argument("--sizes", help=f"comma-separated; each model runs those it has: "
+                        f"{ {m: list(s) for m, s in SIZES.items()} }")
+    parser.add_argument("--seq-lens", help="comma-separated sequence lengths")
+    parser.add_argument("--batch", type=int,
+                        help="sequences per step (default: the preset's tokens / seq len)")
+    parser.add_argument("--steps", type=int, help="timed steps per measurement")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed steps before timing")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), help="compute dtype")
+    parser.add_argument("--lstm", help="LSTM shapes STEPSxWIDTH,... ('none' to skip)")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="write a jax.profiler trace of 3 steps per config under DIR")
+    parser.add_argument("--no-peers", action="store_true", help="skip the PyTorch peers")
+    parser.add_argument("--out", help="results directory (default benchmarks/results/<machine>)")
+    parser.add_argument("--append", action="store_true",
+                        help="merge into the results already in --out (same machine, preset "
+                             "and dtype): a preset split over several runs, e.g. --models bert "
+                             "then --models gpt --append where one command has a time limit")
+    args = parser.parse_args(argv)
+    args.preset = "full" if args.full else "quick"
+    p = PRESETS[args.preset]
+    args.models = tuple(args.models.split(",")) if args.models else p["models"]
+    args.sizes = tuple(args.sizes.split(",")) if args.sizes else p["sizes"]
+    args.seq_lens = _ints(args.seq_lens, "--seq-lens") if args.seq_lens else p["seq_lens"]
+    args.steps = args.steps or p["steps"]
+    args.dtype = args.dtype or p["dtype"]
+    args.lstm = p["lstm"] if args.lstm is None else _lstm_shapes(args.lstm)
+    if args.batch is not None and args.batch < 1:
+        raise ValueError(f"--batch={args.batch} must be >= 1")
+    if args.steps < 1 or args.warmup < 0:
+        raise ValueError(f"--steps={args.steps} must be >= 1 and --warmup={args.warmup} >= 0")
+    for model in args.models:
+        if model not in SIZES:
+            raise ValueError(f"--models: unknown model {model!r}; choose from {list(SIZES)}")
+    unknown = [s for s in args.sizes if not any(s in SIZES[m] for m in args.models)]
+    if unknown:
+        raise ValueError(f"--sizes: no selected model has {unknown}; sizes: "
+                         f"{ {m: list(SIZES[m]) for m in args.models} }")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Runs the benchmark and writes its outputs; returns the summary."""
+    args = parse_args(argv)
+    started = time.perf_counter()
+    out = machine.results_dir(args.out)
+    device = jax.devices()[0]
+    platform = device.platform
+    peak_spec = metrics.peak_flops([device])
+    compute_dtype = jnp.dtype(args.dtype)
+    matmul_size = PRESETS[args.preset]["matmul"]
+    matmul_flops = machine.measured_matmul_flops(matmul_size, compute_dtype)
+    summary: dict[str, Any] = dict(
+        machine=machine.machine_name(), platform=platform, device_kind=device.device_kind,
+        jax=jax.__version__, preset=args.preset, dtype=args.dtype, steps=args.steps,
+        warmup=args.warmup, xla_cpu_threads=peers.cpu_threads() if platform == "cpu" else None,
+        peak_flops_spec=peak_spec, matmul_flops=matmul_flops,
+        matmul=f"{matmul_size}x{matmul_size} @ {matmul_size}x{matmul_size} {args.dtype}",
+        flops_formulas={m: FLOPS_FORMULAS[m] for m in args.models},
+        mfu="flops_per_token * tokens_per_step / step_s / peak (peak = spec: mfu_spec; "
+            "= measured matmul FLOP/s: mfu_vs_matmul)",
+        ratios="ours / theirs (time): < 1 means ours is faster",
+    )
+    reason = "--no-peers" if args.no_peers else peers.unavailable_reason(platform)
+    peer_device = None
+    if reason is None:
+        summary["peers"] = peers.setup_torch(platform)
+        peer_device = summary["peers"]["torch_device"]
+    else:
+        summary["peers"] = {"skipped": reason}
+    records: list[dict] = [dict(kind="machine", **{k: v for k, v in summary.items()
+                                                   if not isinstance(v, dict)})]
+    rows, lstm_rows = [], []
+    tokens = PRESETS[args.preset]["tokens"]
+    for model in args.models:
+        for size in (s for s in args.sizes if s in SIZES[model]):
+            for seq_len in args.seq_lens:
+                batch = args.batch or max(1, tokens // seq_len)
+                print(f"{model} {size} seq {seq_len} batch {batch} ...", flush=True)
+                new, row = bench_transformer(
+                    model, size, seq_len, batch, dtype=args.dtype, steps=args.steps,
+                    warmup=args.warmup, peak_spec=peak_spec, matmul_flops=matmul_flops,
+                    peer_device=peer_device, profile_dir=args.profile)
+                if peer_device is None:
+                    row["peer"] = {"skipped": reason}
+                records += new
+                rows.append(row)
+                print("  " + step_report.row_line(row), flush=True)
+    for steps_n, width in args.lstm:
+        batch = args.batch or PRESETS[args.preset]["lstm_batch"]
+        print(f"lstm n {steps_n} d {width} batch {batch} ...", flush=True)
+        new, row = bench_lstm(batch, steps_n, width, repeats=args.steps, warmup=args.warmup,
+                              peer_device=peer_device)
+        if peer_device is None:
+            row["peer"] = {"skipped": reason}
+        records += new
+        lstm_rows.append(row)
+    summary.update(configs=rows, lstm=lstm_rows,
+                   wall_s=time.perf_counter() - started)
+    if args.append:
+        summary, records = step_report.merge(out, summary, records)
+    step_report.write_all(out, summary, records)
+    print(f"wrote {out}/step.{{jsonl,md,png}} and step_summary.json "
+          f"({summary['wall_s']:.0f} s)", flush=True)
+    return summary
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except ValueError as error:
+        sys.exit(f"benchmarks.step: {error}")

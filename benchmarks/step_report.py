@@ -1,0 +1,160 @@
+"""benchmarks.step's outputs: step.jsonl, step_summary.json, step.md and step.png."""
+
+import json
+import os
+from typing import Any
+
+from benchmarks import machine
+
+
+def _num(value: float | None, fmt: str = ".3g") -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def _ms(seconds: float | None) -> str:
+    return _num(seconds and seconds * 1e3, ".2f")
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.1f}%"
+
+
+def row_line(row: dict[str, Any]) -> str:
+    """One console line for a summary row."""
+    line = (f"{row['tokens_per_s']:,.0f} tok/s, step {row['step_s'] * 1e3:.1f} ms, compile "
+            f"{row['compile_s']:.1f} s, MFU vs matmul {_pct(row['mfu_vs_matmul'])}")
+    if row["mfu_spec"] is not None:
+        line += f", MFU vs spec {_pct(row['mfu_spec'])}"
+    peer = row.get("peer", {})
+    if "step_ratio" in peer:
+        line += f"; ours/HF step {peer['step_ratio']:.2f}, forward {peer['forward_ratio']:.2f}"
+    return line
+
+
+_CONFIG_HEADER = (
+    "| model | size | seq | batch | params | tokens/s | step ms | compile s | fwd ms | MFU spec "
+    "| MFU vs matmul | HF tokens/s | step ours/HF | best step ours/HF | fwd ours/HF |\n"
+    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
+_LSTM_HEADER = (
+    "| batch | steps n | width d | fwd ms | fwd+bwd ms | torch fwd ms | torch fwd+bwd ms "
+    "| fwd ours/torch | fwd+bwd ours/torch | best fwd+bwd ours/torch |\n"
+    "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    s = summary
+    spec = s["peak_flops_spec"]
+    lines = [
+        f"# Training-step benchmark on {s['machine']} ({s['device_kind']})",
+        "",
+        (f"jax {s['jax']}, preset `{s['preset']}`, compute dtype {s['dtype']}, median of "
+         f"{s['steps']} timed steps after {s['warmup']} warm-up; one device."),
+        (f"Measured matmul ({s['matmul']}): {s['matmul_flops'] / 1e9:,.1f} GFLOP/s; "
+         f"spec peak: {_num(spec and spec / 1e12, '.0f')} TFLOP/s."),
+        "",
+        "FLOPs per token (forward + backward, the tasks' own formulas):",
+        "",
+    ]
+    lines += [f"* {model}: {formula}" for model, formula in s["flops_formulas"].items()]
+    lines += ["", f"MFU = {s['mfu']}.", ""]
+    peers = s["peers"]
+    if "skipped" in peers:
+        lines += [f"PyTorch peers skipped: {peers['skipped']}.", ""]
+    else:
+        lines += [
+            (f"Peers: torch {peers['torch']}, transformers {peers['transformers']} on "
+             f"{peers['torch_device']}, {peers['torch_threads']} threads (XLA CPU threads: "
+             f"{s['xla_cpu_threads']}). Ratios are {s['ratios']}; 'best' divides the fastest "
+             "steps, steadier than the medians when other work shares the CPU (on a busy "
+             "2-core machine torch with 2 threads ran its steps up to 10x slower than with 1, "
+             "XLA far less: time the peers on a quiet machine)."),
+            "",
+        ]
+    lines.append(_CONFIG_HEADER)
+    for r in s["configs"]:
+        p = r.get("peer", {})
+        lines.append(
+            f"| {r['model']} | {r['size']} | {r['seq_len']} | {r['batch']} | "
+            f"{r['params'] / 1e6:.2f}M | {r['tokens_per_s']:,.0f} | {r['step_s'] * 1e3:.1f} | "
+            f"{r['compile_s']:.1f} | {r['forward_s'] * 1e3:.1f} | {_pct(r['mfu_spec'])} | "
+            f"{_pct(r['mfu_vs_matmul'])} | {_num(p.get('tokens_per_s'), ',.0f')} | "
+            f"{_num(p.get('step_ratio'), '.3g')} | {_num(p.get('step_ratio_min'), '.3g')} | "
+            f"{_num(p.get('forward_ratio'), '.3g')} |")
+    if s["lstm"]:
+        lines += ["", ("LSTM, one layer, float32, hidden = width (ours: zoo.nn.recurrent.RNN; "
+                       "torch.nn.LSTM batch_first):"), "", _LSTM_HEADER]
+        for r in s["lstm"]:
+            p = r.get("peer", {})
+            lines.append(
+                f"| {r['batch']} | {r['n']} | {r['d']} | {_ms(r['forward_s'])} | "
+                f"{_ms(r['train_s'])} | {_ms(p.get('forward_s'))} | {_ms(p.get('train_s'))} | "
+                f"{_num(p.get('forward_ratio'), '.3g')} | {_num(p.get('train_ratio'), '.3g')} | "
+                f"{_num(p.get('train_ratio_min'), '.3g')} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict[str, Any], path: str) -> None:
+    """Tokens/s of every config, ours beside the HF peer's (train step), log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = summary["configs"]
+    labels = [f"{r['model']} {r['size']}\nT={r['seq_len']}" for r in rows]
+    ours = [r["tokens_per_s"] for r in rows]
+    theirs = [r.get("peer", {}).get("tokens_per_s") or 0.0 for r in rows]
+    x = range(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(rows) + 2), 4.0))
+    width = 0.4
+    ax.bar([i - width / 2 for i in x], ours, width, label="zoo (JAX)")
+    if any(theirs):
+        ax.bar([i + width / 2 for i in x], theirs, width, label="HF transformers (PyTorch)")
+    ax.set_xticks(list(x), labels, fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("training tokens / s")
+    ax.set_title(f"Train step throughput, {summary['machine']}, {summary['dtype']}")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def merge(out: str, summary: dict[str, Any], records: list[dict]
+          ) -> tuple[dict[str, Any], list[dict]]:
+    """This run's summary and records merged into those already in `out`: a row of this run
+    replaces the earlier row of the same config. The runs must share machine, preset and dtype."""
+    path = os.path.join(out, "step_summary.json")
+    if not os.path.exists(path):
+        return summary, records
+    with open(path) as f:
+        old = json.load(f)
+    for key in ("machine", "preset", "dtype"):
+        if old.get(key) != summary[key]:
+            raise ValueError(f"--append: {path} has {key}={old.get(key)!r}, this run "
+                             f"{summary[key]!r}; write to another --out")
+
+    def rows(name, key):
+        new = {key(r) for r in summary[name]}
+        return [r for r in old[name] if key(r) not in new] + summary[name]
+
+    merged = dict(summary,
+                  configs=rows("configs", lambda r: (r["model"], r["size"], r["seq_len"])),
+                  lstm=rows("lstm", lambda r: (r["batch"], r["n"], r["d"])),
+                  flops_formulas={**old["flops_formulas"], **summary["flops_formulas"]},
+                  wall_s=old["wall_s"] + summary["wall_s"])
+    with open(os.path.join(out, "step.jsonl")) as f:
+        earlier = [json.loads(line) for line in f if line.strip()]
+    return merged, earlier + [r for r in records if r["kind"] != "machine"]
+
+
+def write_all(out: str, summary: dict[str, Any], records: list[dict]) -> None:
+    """step.jsonl (records), step_summary.json, step.md and step.png in `out`."""
+    machine.write_jsonl(os.path.join(out, "step.jsonl"), records)
+    with open(os.path.join(out, "step_summary.json"), "w") as f:
+        json.dump(summary, f, indent=2)
+    with open(os.path.join(out, "step.md"), "w") as f:
+        f.write(markdown(summary))
+    plot(summary, os.path.join(out, "step.png"))
