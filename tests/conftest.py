@@ -22,6 +22,8 @@ _LONG_MODULES = (
     "tests/test_elmo.py",
     "tests/test_rnn_translation.py",
     "tests/test_bert_pretraining.py",
+    "tests/test_gpt_finetune.py",
+    "tests/benchmarks/test_step.py",
     "tests/test_classification_finetune.py",
     "tests/test_gpt_job.py",
     "tests/train/test_resume.py",
