@@ -1,0 +1,77 @@
+"""Classify with frozen pretrained features: ELMo's mixed biLM layers or static word2vec
+vectors, under the same trainable head (zoo/tasks/feature_classification.py).
+
+    python train.py --config=configs/elmo.py:size=tiny --workdir=/tmp/elmo
+    python train.py --config=configs/word2vec.py:size=tiny --workdir=/tmp/w2v
+    python train.py --config=configs/feature_classify.py:kind=elmo,task=relation \\
+        --workdir=/tmp/fc_elmo --config.train.init_from=/tmp/elmo
+    python train.py --config=configs/feature_classify.py:kind=word2vec,task=relation \\
+        --workdir=/tmp/fc_w2v --config.train.init_from=/tmp/w2v
+
+Variants: kind = elmo | word2vec; task = relation (single sentences, 19 relations) |
+fact_check (premise / claim pairs: entailment, contradiction, neutral); size = tiny | base, the
+size of the pretrained run (config.pretrained.model.size).
+
+config.pretrained repeats the pretraining run's corpus and vocabulary settings (source, seed,
+synthetic_entities, min_count) and model size, from which the task rebuilds its vocabulary and
+parameter shapes; keep them equal to that run's. data.seed and data.synthetic_entities are the
+same references as pretrained.seed / pretrained.synthetic_entities: the labelled set is drawn
+from the world the extractor was trained on.
+"""
+
+import ml_collections
+
+from configs import common
+from zoo.train.optim import default_optim_config
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    variant = common.parse_arg(arg, kind="elmo", task="relation", size="tiny")
+    if variant.kind not in ("elmo", "word2vec"):
+        raise ValueError(f"config variant kind={variant.kind!r} must be 'elmo' or 'word2vec'")
+    tiny = variant.size == "tiny"
+    config = ml_collections.ConfigDict()
+    config.task = "feature_classify"
+    seed = ml_collections.FieldReference(0)
+    entities = ml_collections.FieldReference(500)  # source_config()'s: the pretraining corpus
+
+    config.features = {
+        "kind": variant.kind,
+        "layer_norm": False,  # elmo: normalise each biLM layer before the ScalarMix
+    }
+    if variant.kind == "elmo":  # configs/elmo.py's data and model blocks
+        model = {"size": variant.size, "residual": True, "dtype": "float32", "param_dtype": "float32"}
+        min_count = 2 if tiny else 3
+    else:  # configs/word2vec.py's
+        model = {"size": variant.size, "mode": "skipgram", "dtype": "float32", "param_dtype": "float32"}
+        min_count = 2 if tiny else 5
+    config.pretrained = dict(common.source_config(), seed=seed, synthetic_entities=entities,
+                             min_count=min_count, model=model)
+    config.head = {"hidden_size": 64 if tiny else 256, "dropout_rate": 0.0 if tiny else 0.2}
+    config.data = {
+        "source": "synthetic",  # synthetic | files
+        "synthetic_task": variant.task,  # relation | fact_check
+        "seed": seed,
+        "synthetic_entities": entities,
+        "train_file": "",  # files source: GLUE-style .tsv (header row) or .jsonl
+        "eval_file": "",
+        "text_a": "",  # column / key of the first text; '' = the first GLUE name present
+        "text_b": "",  # second text; '' = auto-detect, 'none' = single sentence
+        "label": "label",
+        "labels": "",  # comma-separated label list (fixes the order); '' = sorted train labels
+        "cache_dir": "",  # '' = <workdir>/data
+        "train_examples": 0,  # 0 = all; N = the first N (the low-resource regime)
+        "seq_len": 48,  # words per text (fact_check premises run to ~40)
+        "batch_size": 32,
+        "eval_batch_size": 64,
+    }
+    steps = ml_collections.FieldReference(800 if tiny else 5000)
+    config.optim = default_optim_config()
+    config.optim.update(learning_rate=3e-3 if tiny else 1e-3, warmup_steps=50, decay="cosine",
+                        b2=0.999, eps=1e-8, weight_decay=0.0, clip_norm=1.0)
+    config.optim.total_steps = steps
+    config.train = common.train_config(steps)
+    config.train.update(eval_every=200, checkpoint_every=400, best_metric="accuracy",
+                        best_mode="max")
+    config.mesh = common.mesh_config()
+    return config
