@@ -19,6 +19,7 @@ from configs import gpt as gpt_config
 _LONG_MODULES = (
     "tests/test_main_job.py",
     "tests/test_translation.py",
+    "tests/test_elmo_binding.py",
     "tests/test_elmo.py",
     "tests/test_rnn_translation.py",
     "tests/test_bert_pretraining.py",

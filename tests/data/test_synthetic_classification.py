@@ -169,6 +169,31 @@ def test_fact_check_classes_and_claim_cells_are_balanced(datasets):
     assert {len(e["text_a"].split(". ")) for e in examples} == {1, 2, 3}  # sentences a premise
 
 
+def test_binding_labels_follow_the_world_and_only_the_binding_tells_them(world, datasets):
+    examples = datasets["binding"]
+    assert {e["label"] for e in examples} == set(sc.BINDING_LABELS)
+    by_premise = collections.defaultdict(list)
+    for e in examples:
+        relation, _, person, city = _parse(e["text_b"])
+        assert relation in ("born_in", "lives_in")
+        truth = world.objects(person, relation)[0]
+        assert e["label"] == ("entailment" if city == truth else "contradiction"), e
+        by_premise[e["text_a"]].append((relation, city, e["label"]))
+    for premise, claims in by_premise.items():
+        person = claims[0]
+        born, home = (world.objects(_parse(premise.split(". ")[0] + ".")[2], r)[0]
+                      for r in ("born_in", "lives_in"))
+        assert born != home and born in premise and home in premise
+        # Each premise carries all four (relation, city) claims, two of each label: neither the
+        # claim's words nor the premise's bag of words separates the labels.
+        assert sorted((r, c) for r, c, _ in claims) == sorted(
+            (r, c) for r in ("born_in", "lives_in") for c in (born, home)), person
+        assert sorted(label for *_, label in claims) == ["contradiction"] * 2 + ["entailment"] * 2
+    # Which fact the premise states first varies, so position says nothing either.
+    first = collections.Counter(_parse(p.split(". ")[0] + ".")[0] for p in by_premise)
+    assert min(first.values()) > 0.3 * len(by_premise), first
+
+
 def test_splits_share_no_premise_or_sentence():
     for task in sc.TASKS:
         splits = sc.classification_splits(seed=1, task=task, num_entities=60)
@@ -183,6 +208,10 @@ def test_splits_share_no_premise_or_sentence():
         # Each split is built from its own documents.
         docs = synthetic.corpus_splits(1, 60)
         for name, examples in splits.items():
+            if task == "binding":  # premises written from the split's own persons' facts
+                own = {d.subject for d in docs[name]}
+                assert all(re.match(r"[A-Z][a-z]+", e["text_a"])[0] in own for e in examples)
+                continue
             own = " ".join(d.text for d in docs[name])
             assert all(e["text_a"] in own for e in examples)
 

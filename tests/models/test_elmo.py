@@ -227,3 +227,29 @@ def test_config_for_size_and_bad_feature_kind():
         elmo.config_for_size("huge", vocab_size=V)
     with pytest.raises(ValueError, match="config.features.kind"):
         elmo.FeatureClassifierConfig(num_classes=2, kind="glove")
+
+
+def test_align_head_ignores_word_order_and_padding_and_needs_pairs():
+    """The decomposable-attention head sees bags of token features: shuffling a text's tokens
+    or padding it changes nothing, so any context must come from the features."""
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(2, 5, 6)).astype(np.float32), rng.normal(size=(2, 4, 6)).astype(
+        np.float32)
+    mask_a = np.array([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]], bool)
+    mask_b = np.array([[1, 1, 1, 0], [1, 1, 1, 1]], bool)
+    head = elmo.AlignEncoder(hidden_size=8)
+    params = head.init(jax.random.key(0), a, mask_a, b, mask_b)
+    out = head.apply(params, a, mask_a, b, mask_b)
+    assert out.shape == (2, 16)
+    perm_a, perm_b = [2, 0, 3, 1, 4], [1, 2, 0, 3]  # within the real tokens of row 0
+    shuffled = head.apply(params, a[:, perm_a], mask_a[:, perm_a], b[:, perm_b],
+                          mask_b[:, perm_b])
+    np.testing.assert_allclose(np.asarray(shuffled[0]), np.asarray(out[0]), rtol=1e-5,
+                               atol=1e-5)
+    junk_a = a.copy()
+    junk_a[~mask_a] = 100.0  # padding's features never enter
+    np.testing.assert_allclose(np.asarray(head.apply(params, junk_a, mask_a, b, mask_b)),
+                               np.asarray(out), rtol=1e-6)
+    with pytest.raises(ValueError, match="align"):
+        elmo.FeatureClassifierConfig(num_classes=2, kind="word2vec", vocab_size=5, embed_dim=4,
+                                     head="align", pair=False)

@@ -23,6 +23,15 @@ Two tasks:
   world (so a wrong age looks like a real one), and neutral claims are half true. The classes
   are therefore exactly balanced.
 
+A third, `binding` (sentence pair), is the one where a word's context decides the label: the
+premise states where a person was born and where they live, two different cities, in either
+order ("Lomira was born in Fagagirmar. Lomira's home is in Stoukron."); the claim attaches one
+of the two cities to one of the two relations ("Lomira comes from Stoukron."): `entailment` if
+the premise binds them so, else `contradiction`. Every premise comes with all four claims, so the
+labels are balanced and the claim alone tells nothing; and the premise always holds both cities
+and both relations' words, so a bag of (static) word vectors cannot tell the answer either: only
+which relation's words surround each city can.
+
 Everything is keyed off an explicit seed through `random.Random`, iterating only ordered
 containers, so equal seeds give equal datasets in every process.
 """
@@ -47,7 +56,9 @@ from zoo.data.synthetic import (
     make_world,
 )
 
-TASKS = ("relation", "fact_check")
+TASKS = ("relation", "fact_check", "binding")
+BINDING_LABELS = ("entailment", "contradiction")
+_BINDING_RELATIONS = ("born_in", "lives_in")  # a person's two facts with a city as object
 FACT_CHECK_LABELS = ("entailment", "contradiction", "neutral")
 _MAX_PREMISE_SENTENCES = 3
 _TSV_COLUMNS = {False: ("id", "sentence", "label"), True: ("id", "sentence1", "sentence2", "label")}
@@ -280,6 +291,38 @@ def _fact_check_examples(world: World, documents: Sequence[Document], rng: rando
     return examples
 
 
+def _binding_examples(world: World, documents: Sequence[Document], rng: random.Random,
+                      exclude: Collection[str]) -> list[dict]:
+    """Four claims per person document whose birthplace and home differ (module docstring)."""
+    examples, seen = [], set(exclude)
+    for document in documents:
+        person = document.subject
+        if world.entity(person).type != "person":
+            continue
+        cities = {r: world.objects(person, r) for r in _BINDING_RELATIONS}
+        if any(len(c) != 1 for c in cities.values()):
+            continue
+        cities = {r: c[0] for r, c in cities.items()}
+        if len(set(cities.values())) < 2:
+            continue
+        order = list(_BINDING_RELATIONS)
+        rng.shuffle(order)  # which fact comes first says nothing
+        templates = {r: rng.randrange(len(RELATIONS[r].templates)) for r in order}
+        premise = " ".join(_claim(r, templates[r], person, cities[r]) for r in order)
+        if premise in seen:
+            continue
+        seen.add(premise)
+        for relation in _BINDING_RELATIONS:
+            # The claim says it another way than the premise did.
+            others = [i for i in range(len(RELATIONS[relation].templates))
+                      if i != templates[relation]]
+            for city in cities.values():
+                claim = _claim(relation, rng.choice(others), person, city)
+                label = BINDING_LABELS[0] if cities[relation] == city else BINDING_LABELS[1]
+                examples.append({"text_a": premise, "text_b": claim, "label": label})
+    return examples
+
+
 def classification_dataset(world: World, documents: Sequence[Document], task: str,
                            seed: int = 0, *, exclude_texts: Collection[str] = (),
                            id_prefix: str = "") -> list[dict]:
@@ -288,7 +331,7 @@ def classification_dataset(world: World, documents: Sequence[Document], task: st
     Args:
       world: the world the documents were written from.
       documents: from `generate_documents` (or `corpus_splits`).
-      task: 'relation' or 'fact_check' (see the module docstring).
+      task: 'relation', 'fact_check' or 'binding' (see the module docstring).
       seed: drives premises, templates, wrong objects and the sampling; equal seeds give equal
         datasets.
       exclude_texts: sentences / premises never to use (those of another split).
@@ -302,6 +345,8 @@ def classification_dataset(world: World, documents: Sequence[Document], task: st
         raise ValueError(f"task={task!r} must be one of {TASKS}")
     if task == "relation":
         examples = _relation_examples(documents, exclude_texts)
+    elif task == "binding":
+        examples = _binding_examples(world, documents, random.Random(seed), exclude_texts)
     else:
         examples = _fact_check_examples(world, documents, random.Random(seed), exclude_texts)
     prefix = id_prefix or task

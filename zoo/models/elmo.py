@@ -33,6 +33,7 @@ Parameters (V vocabulary, H = hidden_size, L = num_layers):
 """
 
 import dataclasses
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -244,6 +245,7 @@ class ScalarMix(nn.Module):
 # Downstream: one classifier over either ELMo or static word2vec features
 
 FEATURE_KINDS = ("elmo", "word2vec")
+HEADS = ("pool", "align")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,7 +258,12 @@ class FeatureClassifierConfig:
         static embedding table). Everything after the features is the same for both.
       bilm: the frozen biLM's config (kind='elmo').
       vocab_size, embed_dim: the static table's shape (kind='word2vec').
-      pair: the input is two texts, combined as [u; v; |u - v|; u * v] (InferSent).
+      pair: the input is two texts.
+      head: 'pool' (each text pooled on its own, PooledEncoder; pairs combined as
+        [u; v; |u - v|; u * v], InferSent) or 'align' (pairs only: every token of each text
+        attends over the other text's tokens and is compared with what it aligned to, the
+        decomposable attention of Parikh et al. 2016, AlignEncoder). Neither looks at word
+        order: any order or context a decision needs must be in the features.
       hidden_size: d, the head's width.
       dropout_rate: dropout on the pooled vectors and the hidden layer.
       layer_norm: ScalarMix normalises each layer before mixing (kind='elmo').
@@ -268,6 +275,7 @@ class FeatureClassifierConfig:
     vocab_size: int = 0
     embed_dim: int = 0
     pair: bool = False
+    head: str = "pool"
     hidden_size: int = 64
     dropout_rate: float = 0.0
     layer_norm: bool = False
@@ -283,6 +291,11 @@ class FeatureClassifierConfig:
         if self.kind == "word2vec" and min(self.vocab_size, self.embed_dim) < 1:
             raise ValueError(f"FeatureClassifierConfig: kind='word2vec' needs the table's shape, "
                              f"got vocab_size={self.vocab_size}, embed_dim={self.embed_dim}")
+        if self.head not in HEADS:
+            raise ValueError(f"config.head.kind must be one of {HEADS}, got {self.head!r}")
+        if self.head == "align" and not self.pair:
+            raise ValueError("config.head.kind='align' compares two texts; a single-text task "
+                             "needs 'pool'")
         for name in ("num_classes", "hidden_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"FeatureClassifierConfig.{name} must be >= 1, got "
@@ -314,8 +327,56 @@ class PooledEncoder(nn.Module):
         return jnp.concatenate([mean, top], axis=-1).astype(self.dtype)  # (B, 2d)
 
 
+def _masked_softmax(scores: Array, mask: Array) -> Array:
+    """Softmax over the last axis where `mask` is True (float32); empty rows give zeros."""
+    scores = jnp.where(mask, scores.astype(jnp.float32), -1e30)
+    weights = jax.nn.softmax(scores, axis=-1)
+    return jnp.where(mask, weights, 0.0)
+
+
+class AlignEncoder(nn.Module):
+    """Decomposable attention (Parikh et al. 2016) over two texts' token features:
+
+      attend:    e_ij = F(a_i) . F(b_j), F = ReLU(x W_f + b_f);
+                 beta_i = sum_j softmax_j(e_ij) b_j,  alpha_j = sum_i softmax_i(e_ij) a_i
+      compare:   v1_i = G([a_i; beta_i; a_i - beta_i; a_i * beta_i]), v2_j likewise,
+                 G = ReLU(x W_g + b_g)
+      aggregate: [sum_i v1_i; sum_j v2_j]  -> [B, 2d]
+
+    Tokens align by what their features say, not where they stand: a claim's "Zalilmar" finds
+    the premise's "Zalilmar", and `compare` sees both vectors, so a context the features carry
+    (which relation's words surround the city) decides, while static vectors are identical.
+    """
+
+    hidden_size: int
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, a: Array, mask_a: Array, b: Array, mask_b: Array) -> Array:
+        dense = functools.partial(Dense, self.hidden_size, ("embed", "mlp"), dtype=self.dtype,
+                                  param_dtype=self.param_dtype)
+        attend, compare = dense(name="attend"), dense(name="compare")
+        fa, fb = nn.relu(attend(a)), nn.relu(attend(b))  # (B, Ta, d), (B, Tb, d)
+        scores = jnp.einsum("bid,bjd->bij", fa, fb, preferred_element_type=jnp.float32)
+        pair_mask = mask_a[:, :, None] & mask_b[:, None, :]  # (B, Ta, Tb)
+        to_b = _masked_softmax(scores, pair_mask)  # each a_i over b
+        to_a = _masked_softmax(jnp.swapaxes(scores, 1, 2), jnp.swapaxes(pair_mask, 1, 2))
+        beta = jnp.einsum("bij,bjf->bif", to_b.astype(self.dtype), b)  # (B, Ta, F)
+        alpha = jnp.einsum("bji,bif->bjf", to_a.astype(self.dtype), a)  # (B, Tb, F)
+        # ESIM's enhancement (Chen et al. 2017): the difference and product make "same word,
+        # other context" a direct feature instead of something G must learn to compute.
+        v1 = nn.relu(compare(jnp.concatenate([a, beta, a - beta, a * beta], axis=-1)))
+        v2 = nn.relu(compare(jnp.concatenate([b, alpha, b - alpha, b * alpha], axis=-1)))
+        v1, v2 = v1.astype(jnp.float32), v2.astype(jnp.float32)
+        v1 = jnp.where(mask_a[..., None], v1, 0.0).sum(axis=1)  # (B, d)
+        v2 = jnp.where(mask_b[..., None], v2, 0.0).sum(axis=1)
+        return jnp.concatenate([v1, v2], axis=-1).astype(self.dtype)  # (B, 2d)
+
+
 class FeatureClassifier(nn.Module):
-    """Frozen features -> PooledEncoder -> (pair: [u; v; |u-v|; u*v]) -> ReLU layer -> logits.
+    """Frozen features -> PooledEncoder (pair: [u; v; |u-v|; u*v]) or AlignEncoder -> ReLU layer
+    -> logits.
 
     Params: 'bilm' (kind='elmo'; frozen) and 'mix' (ScalarMix, trainable), or 'embedding'
     (kind='word2vec', the table (V, D) ('vocab', 'embed'); frozen); then 'encoder', 'hidden',
@@ -339,7 +400,8 @@ class FeatureClassifier(nn.Module):
                 "embedding",
                 nn.with_logical_partitioning(nn.initializers.normal(0.1), ("vocab", "embed")),
                 (cfg.vocab_size, cfg.embed_dim), param_dtype)
-        self.encoder = PooledEncoder(cfg.hidden_size, dtype=dtype, param_dtype=param_dtype)
+        encoder = AlignEncoder if cfg.head == "align" else PooledEncoder
+        self.encoder = encoder(cfg.hidden_size, dtype=dtype, param_dtype=param_dtype)
         self.dropout = nn.Dropout(cfg.dropout_rate)
         self.hidden = Dense(cfg.hidden_size, ("mlp", "embed"), dtype=dtype,
                             param_dtype=param_dtype)
@@ -365,12 +427,16 @@ class FeatureClassifier(nn.Module):
     def __call__(self, ids_a: Array, lengths_a: Array, ids_b: Array | None = None,
                  lengths_b: Array | None = None, *, deterministic: bool = True) -> Array:
         """Logits [B, num_classes] (float32) of text a (and, for pairs, text b)."""
-        u = self.encoder(*self.features(ids_a, lengths_a))  # (B, 2d)
-        if self.config.pair:
-            if ids_b is None or lengths_b is None:
-                raise ValueError("FeatureClassifier: a pair model needs ids_b and lengths_b")
-            v = self.encoder(*self.features(ids_b, lengths_b))
-            u = jnp.concatenate([u, v, jnp.abs(u - v), u * v], axis=-1)  # (B, 8d)
+        if self.config.pair and (ids_b is None or lengths_b is None):
+            raise ValueError("FeatureClassifier: a pair model needs ids_b and lengths_b")
+        if self.config.head == "align":
+            u = self.encoder(*self.features(ids_a, lengths_a),
+                             *self.features(ids_b, lengths_b))  # (B, 2d)
+        else:
+            u = self.encoder(*self.features(ids_a, lengths_a))  # (B, 2d)
+            if self.config.pair:
+                v = self.encoder(*self.features(ids_b, lengths_b))
+                u = jnp.concatenate([u, v, jnp.abs(u - v), u * v], axis=-1)  # (B, 8d)
         h = nn.relu(self.hidden(self.dropout(u, deterministic=deterministic)))
         logits = self.classifier(self.dropout(h, deterministic=deterministic))
         return logits.astype(jnp.float32)

@@ -93,7 +93,7 @@ class FeatureClassificationTask(Task):
         head = config.head
         self.model_config = elmo.FeatureClassifierConfig(
             num_classes=len(self.labels), kind=self.kind, pair=self.pair,
-            hidden_size=head.hidden_size, dropout_rate=head.dropout_rate,
+            head=head.kind, hidden_size=head.hidden_size, dropout_rate=head.dropout_rate,
             layer_norm=config.features.layer_norm, **shape)
         self.model = elmo.FeatureClassifier(self.model_config)
 
