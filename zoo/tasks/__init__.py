@@ -15,6 +15,7 @@ _REGISTRY = {
     "translate": "zoo.tasks.translation:TranslationTask",
     "nnlm": "zoo.tasks.nnlm:NNLMTask",
     "word2vec": "zoo.tasks.word2vec:Word2VecTask",
+    "rnn_translate": "zoo.tasks.rnn_translation:RNNTranslationTask",
     "elmo": "zoo.tasks.elmo:BiLMTask",
     "feature_classify": "zoo.tasks.feature_classification:FeatureClassificationTask",
     "gpt_classify": "zoo.tasks.gpt_classification:GPTClassificationTask",

@@ -84,13 +84,25 @@ class TranslationTask(Task):
             data, cache_dir, [list(parallel.joint_tokenizer_texts(train_pairs))])
         self.train_rows = self._rows(train_pairs)
         self.eval_rows = self._rows(self.eval_pairs)
-        model_kw = {k: v for k, v in config.model.to_dict().items() if k != "size"}
-        self.model_config = transformer.config_for_size(
-            config.model.size, vocab_size=self.tokenizer.vocab_size,
+        self.model_config, self.model = self.build_model()
+
+    def build_model(self):
+        """(model config, model) from config.model, for the tokenizer's vocabulary and ids.
+
+        The seam a translation task with another model family overrides (with `decoder`).
+        """
+        data = self.config.data
+        model_kw = {k: v for k, v in self.config.model.to_dict().items() if k != "size"}
+        model_config = transformer.config_for_size(
+            self.config.model.size, vocab_size=self.tokenizer.vocab_size,
             max_len=max(data.source_len, data.target_len + 1, model_kw.pop("max_len")),
             pad_id=self.tokenizer.pad_id, bos_id=self.tokenizer.bos_id,
             eos_id=self.tokenizer.eos_id, **model_kw)
-        self.model = transformer.EncoderDecoder(self.model_config)
+        return model_config, transformer.EncoderDecoder(model_config)
+
+    def decoder(self, params, source_ids, max_len: int) -> decoding.Decoder:
+        """A zoo.decoding.Decoder that translates right-padded `source_ids` [B, S]."""
+        return transformer.translation_decoder(self.model, params, source_ids, max_len=max_len)
 
     def _rows(self, pairs: list[tuple[str, str]]) -> dict[str, np.ndarray]:
         encoded = parallel.encode_pairs(pairs, self.tokenizer, self.config.data.source_len,
@@ -126,8 +138,7 @@ class TranslationTask(Task):
         """Translations [B, target_len] (no BOS; EOS then pad) of right-padded sources."""
         cfg, ev = self.model_config, self.config.eval
         max_len = self.config.data.target_len + 1  # BOS + the longest target row
-        decoder = transformer.translation_decoder(self.model, params, source_ids,
-                                                  max_len=max_len)
+        decoder = self.decoder(params, source_ids, max_len)
         prompts = jnp.full((source_ids.shape[0], 1), cfg.bos_id, jnp.int32)
         ends = dict(eos_id=cfg.eos_id, pad_id=cfg.pad_id)
         if ev.decode == "greedy":
