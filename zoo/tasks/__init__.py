@@ -15,11 +15,11 @@ _REGISTRY = {
     "translate": "zoo.tasks.translation:TranslationTask",
     "nnlm": "zoo.tasks.nnlm:NNLMTask",
     "word2vec": "zoo.tasks.word2vec:Word2VecTask",
+    "rnnlm": "zoo.tasks.rnnlm:RNNLanguageModelTask",
     "rnn_translate": "zoo.tasks.rnn_translation:RNNTranslationTask",
     "elmo": "zoo.tasks.elmo:BiLMTask",
     "feature_classify": "zoo.tasks.feature_classification:FeatureClassificationTask",
     "gpt_classify": "zoo.tasks.gpt_classification:GPTClassificationTask",
-    "rnnlm": "zoo.tasks.rnnlm:RNNLanguageModelTask",
 }
 
 
