@@ -9,6 +9,8 @@ import jax
 import ml_collections
 import numpy as np
 
+from zoo.data import batching
+
 Batch = dict[str, np.ndarray]
 
 
@@ -53,13 +55,24 @@ class Task(abc.ABC):
     def loss_fn(self, params, batch: Batch, rng: jax.Array, train: bool) -> dict[str, jax.Array]:
         """Sums over the batch; must include 'loss_sum' and 'weight_sum'."""
 
-    @abc.abstractmethod
-    def train_batches(self, process_index: int, process_count: int) -> Iterator[Batch]:
-        """Endless process-local batches (this process's rows of each global batch)."""
+    # Most tasks hold their examples in memory as `train_rows` / `eval_rows` (dicts of numpy
+    # arrays with one leading example axis); the two methods below batch those. A task whose
+    # data lives elsewhere (BERT's sharded on-disk cache) or batches otherwise (translation's
+    # length buckets) overrides them.
+    train_rows: Batch
+    eval_rows: Batch
 
-    @abc.abstractmethod
+    def train_batches(self, process_index: int, process_count: int) -> Iterator[Batch]:
+        """Endless process-local batches (this process's rows of each global batch): shuffled
+        epochs of `train_rows`, resumable (zoo.data.batching.train_iterator)."""
+        return batching.train_iterator(self.train_rows, self.config.data.batch_size,
+                                       self.config.data.seed, process_index, process_count)
+
     def eval_batches(self, process_index: int, process_count: int) -> Iterable[Batch]:
-        """One pass over the held-out split, process-local, global shapes fixed."""
+        """One pass over the held-out split, process-local, global shapes fixed: `eval_rows`
+        padded to whole batches with zero-weight rows (zoo.data.batching.eval_batches)."""
+        return batching.eval_batches(self.eval_rows, self.config.data.eval_batch_size,
+                                     process_index, process_count)
 
     # Optional: tasks whose metrics need the model's outputs on the whole eval split (SQuAD
     # EM/F1) define predict; the loop gathers its outputs and passes them to score_predictions.

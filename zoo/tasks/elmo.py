@@ -32,7 +32,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zoo.data import batching, lm_pipeline, sources
+from zoo.data import lm_pipeline, sources
 from zoo.data import word2vec as w2v_data
 from zoo.models import elmo
 from zoo.models.elmo import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID
@@ -162,14 +162,6 @@ class BiLMTask(Task):
     def init_batch(self) -> Batch:
         return {k: np.zeros((self.config.data.batch_size,) + v.shape[1:], v.dtype)
                 for k, v in self.train_rows.items()}
-
-    def train_batches(self, process_index: int, process_count: int):
-        return batching.train_iterator(self.train_rows, self.config.data.batch_size,
-                                       self.config.data.seed, process_index, process_count)
-
-    def eval_batches(self, process_index: int, process_count: int):
-        return batching.eval_batches(self.eval_rows, self.config.data.eval_batch_size,
-                                     process_index, process_count)
 
     def loss_fn(self, params, batch, rng, train: bool):
         rngs = {"dropout": rng} if train else {}

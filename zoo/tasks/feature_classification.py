@@ -22,7 +22,7 @@ over the whole eval split; `baselines()` gives the majority class's accuracy.
 import ml_collections
 import numpy as np
 
-from zoo.data import batching, classification
+from zoo.data import classification
 from zoo.data import word2vec as w2v_data
 from zoo.eval import classification as classification_eval
 from zoo.models import elmo
@@ -133,14 +133,6 @@ class FeatureClassificationTask(Task):
 
     def model_inputs(self, batch: Batch) -> dict:
         return {k: batch[k] for k in ("ids_a", "lengths_a", "ids_b", "lengths_b") if k in batch}
-
-    def train_batches(self, process_index: int, process_count: int):
-        return batching.train_iterator(self.train_rows, self.config.data.batch_size,
-                                       self.config.data.seed, process_index, process_count)
-
-    def eval_batches(self, process_index: int, process_count: int):
-        return batching.eval_batches(self.eval_rows, self.config.data.eval_batch_size,
-                                     process_index, process_count)
 
     def loss_fn(self, params, batch, rng, train: bool):
         logits = self.model.apply({"params": params}, **self.model_inputs(batch),

@@ -36,7 +36,7 @@ import ml_collections
 import numpy as np
 
 from zoo.convert import gpt2 as gpt2_convert
-from zoo.data import batching, classification, multiple_choice, tokenizers
+from zoo.data import classification, multiple_choice, tokenizers
 from zoo.eval import classification as classification_eval
 from zoo.models import gpt, gpt_classifier
 from zoo.tasks.base import Batch, Task, write_once
@@ -361,14 +361,6 @@ class GPTClassificationTask(Task):
         """Accuracy of always predicting the training set's most frequent label."""
         majority = np.bincount(self.train_rows["label"], minlength=len(self.labels)).argmax()
         return {"majority_accuracy": 100.0 * float(np.mean(self.eval_rows["label"] == majority))}
-
-    def train_batches(self, process_index: int, process_count: int):
-        return batching.train_iterator(self.train_rows, self.config.data.batch_size,
-                                       self.config.data.seed, process_index, process_count)
-
-    def eval_batches(self, process_index: int, process_count: int):
-        return batching.eval_batches(self.eval_rows, self.config.data.eval_batch_size,
-                                     process_index, process_count)
 
     def tokens_per_batch(self) -> int:
         options = len(self.labels) if self.multiple_choice else 1

@@ -9,7 +9,7 @@ import ml_collections
 import numpy as np
 
 from zoo import decoding
-from zoo.data import batching, lm_pipeline, tokenizers
+from zoo.data import lm_pipeline, tokenizers
 from zoo.data.tokenizers import BOS_ID
 from zoo.models import gpt
 from zoo.tasks.base import Batch, Task
@@ -58,17 +58,6 @@ class LanguageModelTask(Task):
             label_smoothing=self.config.train.label_smoothing if train else 0.0,
         )
 
-    def train_batches(self, process_index: int, process_count: int):
-        return batching.train_iterator(
-            self.train_rows, self.config.data.batch_size, self.config.data.seed,
-            process_index, process_count,
-        )
-
-    def eval_batches(self, process_index: int, process_count: int):
-        return batching.eval_batches(
-            self.eval_rows, self.config.data.eval_batch_size, process_index, process_count
-        )
-
     def summarize(self, sums):
         weight = max(sums["weight_sum"], 1.0)
         nll = sums["nll_sum"] / weight
@@ -101,24 +90,31 @@ class LanguageModelTask(Task):
         logits = 2 * per_device_batch * seq * cfg.vocab_size * 4 / tensor_parallel
         return stack + logits
 
-    def samples(self, params) -> list[str]:
-        """config.sample.num continuations of config.sample.prompt, sampled over the KV cache."""
-        cfg = self.config.sample
-        if cfg.num <= 0:
-            return []
-        max_len = min(cfg.max_len, self.model_config.max_len)
+    def sample_decoder(self, params, batch: int, max_len: int) -> decoding.Decoder:
+        """The zoo.decoding.Decoder `samples` draws from, for `batch` sequences of up to
+        `max_len` tokens: GPT's KV cache (at most the model's max_len long). Language models
+        of other families (zoo.tasks.nnlm, zoo.tasks.rnnlm) override only this."""
+        max_len = min(max_len, self.model_config.max_len)
         model = gpt.GPT(dataclasses.replace(self.model_config, dropout_rate=0.0,
                                             attention_dropout_rate=0.0), decode=True)
         shapes = jax.eval_shape(model.init, jax.random.key(0),
-                                jnp.zeros((cfg.num, max_len), jnp.int32))["cache"]
+                                jnp.zeros((batch, max_len), jnp.int32))["cache"]
         cache = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+        return decoding.from_linen(model, params, cache)
+
+    def samples(self, params) -> list[str]:
+        """config.sample.num continuations of config.sample.prompt (`sample_decoder`)."""
+        cfg = self.config.sample
+        if cfg.num <= 0:
+            return []
+        decoder = self.sample_decoder(params, cfg.num, cfg.max_len)
+        max_len = min(cfg.max_len, decoder.max_len or cfg.max_len)
         prompt = [BOS_ID] + self.tokenizer.encode(cfg.prompt)
         if len(prompt) >= max_len:
             raise ValueError(f"config.sample.prompt is {len(prompt)} tokens; it must be shorter "
                              f"than config.sample.max_len={max_len}")
         out = decoding.sample(
-            decoding.from_linen(model, params, cache),
-            np.tile(np.asarray(prompt, np.int32), (cfg.num, 1)),
+            decoder, np.tile(np.asarray(prompt, np.int32), (cfg.num, 1)),
             rng=jax.random.key(cfg.seed), max_len=max_len, temperature=cfg.temperature,
             top_k=cfg.top_k, top_p=cfg.top_p,
         )

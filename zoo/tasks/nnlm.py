@@ -3,12 +3,9 @@ perplexity, so the two models' perplexities compare on the same split."""
 
 import dataclasses
 
-import jax
 import jax.numpy as jnp
-import numpy as np
 
 from zoo import decoding
-from zoo.data.tokenizers import BOS_ID
 from zoo.models import nnlm
 from zoo.tasks.lm import LanguageModelTask
 
@@ -40,24 +37,9 @@ class NNLMTask(LanguageModelTask):
                          + cfg.hidden_dim * item / tensor_parallel
                          + 2 * cfg.vocab_size * 4 / tensor_parallel)
 
-    def samples(self, params) -> list[str]:
-        """config.sample.num continuations of config.sample.prompt; the decoding state is just
-        the window of the last n-1 tokens (see WindowStep)."""
-        cfg = self.config.sample
-        if cfg.num <= 0:
-            return []
-        prompt = [BOS_ID] + self.tokenizer.encode(cfg.prompt)
-        if len(prompt) >= cfg.max_len:
-            raise ValueError(f"config.sample.prompt is {len(prompt)} tokens; it must be shorter "
-                             f"than config.sample.max_len={cfg.max_len}")
-        out = decoding.sample(
-            window_decoder(self.model, params, cfg.num),
-            np.tile(np.asarray(prompt, np.int32), (cfg.num, 1)),
-            rng=jax.random.key(cfg.seed), max_len=cfg.max_len, temperature=cfg.temperature,
-            top_k=cfg.top_k, top_p=cfg.top_p,
-        )
-        tokens, lengths = jax.device_get((out.tokens, out.lengths))
-        return [self.tokenizer.decode(row[:n]) for row, n in zip(tokens, lengths)]
+    def sample_decoder(self, params, batch: int, max_len: int) -> decoding.Decoder:
+        """Sampling's decoding state is the window of the last n-1 tokens (see WindowStep); no length limit."""
+        return window_decoder(self.model, params, batch)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zoo.data import batching, squad, synthetic_squad
+from zoo.data import squad, synthetic_squad
 from zoo.eval import squad as squad_eval
 from zoo.models import bert
 from zoo.tasks import bert_encoder
@@ -129,14 +129,6 @@ class SquadTask(Task):
         with open(os.path.join(self.workdir, "predictions", "metrics.json"), "w") as f:
             json.dump(metrics, f, indent=2)
         return {k: float(v) for k, v in metrics.items()}
-
-    def train_batches(self, process_index: int, process_count: int):
-        return batching.train_iterator(self.train_rows, self.config.data.batch_size,
-                                          self.config.data.seed, process_index, process_count)
-
-    def eval_batches(self, process_index: int, process_count: int):
-        return batching.eval_batches(self.eval_rows, self.config.data.eval_batch_size,
-                                        process_index, process_count)
 
     def tokens_per_batch(self) -> int:
         return self.config.data.batch_size * self.config.data.seq_len

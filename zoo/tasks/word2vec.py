@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from zoo.data import batching, sources, synthetic
+from zoo.data import sources, synthetic
 from zoo.data import word2vec as w2v_data
 from zoo.models import word2vec as w2v
 from zoo.tasks.base import Batch, Task
@@ -131,14 +131,6 @@ class Word2VecTask(Task):
     def model_inputs(self, batch: Batch) -> dict:
         outputs = np.zeros((len(batch["targets"]), 1 + self.config.data.negatives), np.int32)
         return dict(inputs=batch["inputs"], input_weights=batch["input_weights"], outputs=outputs)
-
-    def train_batches(self, process_index: int, process_count: int):
-        return batching.train_iterator(self.train_rows, self.config.data.batch_size,
-                                       self.config.data.seed, process_index, process_count)
-
-    def eval_batches(self, process_index: int, process_count: int):
-        return batching.eval_batches(self.eval_rows, self.config.data.eval_batch_size,
-                                     process_index, process_count)
 
     # ---- loss and metrics ----------------------------------------------------------------
 
