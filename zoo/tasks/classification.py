@@ -61,6 +61,24 @@ def load_examples(data: ml_collections.ConfigDict, split: str, cache_dir: str) -
                                         label=data.label)
 
 
+def score_and_write_predictions(workdir: str, examples: list[dict], labels: list[str],
+                                targets: np.ndarray, logits: np.ndarray) -> dict[str, float]:
+    """F1 and Matthews correlation (percent) of a classifier's eval split, from the gathered
+    `logits` [>= N, classes] of the N `examples` (eval padding rows after them are dropped);
+    process 0 writes <workdir>/predictions/predictions.tsv (id, label, prediction). Shared by
+    every classification task (BERT, GPT, frozen features)."""
+    predicted = np.argmax(logits[:len(examples)], axis=-1)
+    metrics = classification_eval.classification_metrics(targets, predicted, len(labels))
+    if jax.process_index() == 0:
+        directory = os.path.join(workdir, "predictions")
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, "predictions.tsv"), "w", encoding="utf-8") as f:
+            f.write("id\tlabel\tprediction\n")
+            f.writelines(f"{ex['id']}\t{ex['label']}\t{labels[p]}\n"
+                         for ex, p in zip(examples, predicted))
+    return {k: metrics[k] for k in ("f1", "mcc")}
+
+
 class ClassificationTask(Task):
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         super().__init__(config, workdir)
@@ -159,19 +177,8 @@ class ClassificationTask(Task):
         return {"loss": sums["loss_sum"] / n, "accuracy": 100.0 * sums["correct_sum"] / n}
 
     def score_predictions(self, outputs: dict[str, np.ndarray]) -> dict[str, float]:
-        """Accuracy / F1 / MCC of the eval split; writes predictions/predictions.tsv."""
-        n = len(self.eval_examples)
-        predicted = np.argmax(outputs["logits"][:n], axis=-1)
-        metrics = classification_eval.classification_metrics(
-            self.eval_rows["label"], predicted, len(self.labels))
-        if jax.process_index() == 0:
-            directory = os.path.join(self.workdir, "predictions")
-            os.makedirs(directory, exist_ok=True)
-            with open(os.path.join(directory, "predictions.tsv"), "w", encoding="utf-8") as f:
-                f.write("id\tlabel\tprediction\n")
-                for ex, p in zip(self.eval_examples, predicted):
-                    f.write(f"{ex['id']}\t{ex['label']}\t{self.labels[p]}\n")
-        return {k: metrics[k] for k in ("f1", "mcc")}
+        return score_and_write_predictions(self.workdir, self.eval_examples, self.labels,
+                                           self.eval_rows["label"], outputs["logits"])
 
     def baselines(self) -> dict[str, float]:
         """Accuracy of always predicting the training set's most frequent label."""

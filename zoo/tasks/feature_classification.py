@@ -24,12 +24,11 @@ import numpy as np
 
 from zoo.data import classification
 from zoo.data import word2vec as w2v_data
-from zoo.eval import classification as classification_eval
 from zoo.models import elmo
 from zoo.models import word2vec as w2v
 from zoo.tasks import elmo as elmo_task
 from zoo.tasks.base import Batch, Task
-from zoo.tasks.classification import load_examples
+from zoo.tasks.classification import load_examples, score_and_write_predictions
 from zoo.train.losses import cross_entropy_sums
 
 _SUBTREE = {"elmo": "bilm", "word2vec": "embedding"}
@@ -149,11 +148,9 @@ class FeatureClassificationTask(Task):
         return {"loss": sums["loss_sum"] / n, "accuracy": 100.0 * sums["correct_sum"] / n}
 
     def score_predictions(self, outputs: dict[str, np.ndarray]) -> dict[str, float]:
-        """F1 / MCC (percent) of the whole eval split."""
-        predicted = np.argmax(outputs["logits"][:len(self.eval_examples)], axis=-1)
-        metrics = classification_eval.classification_metrics(
-            self.eval_rows["label"], predicted, len(self.labels))
-        return {k: metrics[k] for k in ("f1", "mcc")}
+        return score_and_write_predictions(
+            self.workdir, self.eval_examples, self.labels, self.eval_rows["label"],
+            outputs["logits"])
 
     def baselines(self) -> dict[str, float]:
         """Accuracy of always predicting the training set's most frequent label."""

@@ -30,17 +30,15 @@ import json
 import logging
 import os
 
-import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 from zoo.convert import gpt2 as gpt2_convert
 from zoo.data import classification, multiple_choice, tokenizers
-from zoo.eval import classification as classification_eval
 from zoo.models import gpt, gpt_classifier
 from zoo.tasks.base import Batch, Task, write_once
-from zoo.tasks.classification import load_examples
+from zoo.tasks.classification import load_examples, score_and_write_predictions
 from zoo.train.losses import cross_entropy_sums
 
 # GPTConfig fields a run chooses; the checkpoint fixes the rest.
@@ -343,19 +341,9 @@ class GPTClassificationTask(Task):
                 "accuracy": 100.0 * sums["correct_sum"] / n}
 
     def score_predictions(self, outputs: dict[str, np.ndarray]) -> dict[str, float]:
-        """F1 / MCC of the eval split; writes <workdir>/predictions/predictions.tsv."""
-        n = len(self.eval_examples)
-        predicted = np.argmax(outputs["logits"][:n], axis=-1)
-        metrics = classification_eval.classification_metrics(
-            self.eval_rows["label"], predicted, len(self.labels))
-        if jax.process_index() == 0:
-            directory = os.path.join(self.workdir, "predictions")
-            os.makedirs(directory, exist_ok=True)
-            with open(os.path.join(directory, "predictions.tsv"), "w", encoding="utf-8") as f:
-                f.write("id\tlabel\tprediction\n")
-                f.writelines(f"{ex['id']}\t{ex['label']}\t{self.labels[p]}\n"
-                             for ex, p in zip(self.eval_examples, predicted))
-        return {k: metrics[k] for k in ("f1", "mcc")}
+        return score_and_write_predictions(
+            self.workdir, self.eval_examples, self.labels, self.eval_rows["label"],
+            outputs["logits"])
 
     def baselines(self) -> dict[str, float]:
         """Accuracy of always predicting the training set's most frequent label."""
