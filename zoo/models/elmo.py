@@ -40,6 +40,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.models.config_checks import check_float_dtypes
 from zoo.nn.embeddings import Embed
 from zoo.nn.linear import Dense
 from zoo.nn.recurrent import RNN
@@ -80,14 +81,7 @@ class BiLMConfig:
                 raise ValueError(f"BiLMConfig.{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout_rate < 1.0:
             raise ValueError(f"BiLMConfig.dropout_rate must be in [0, 1), got {self.dropout_rate}")
-        for name in ("dtype", "param_dtype"):
-            try:
-                ok = jnp.issubdtype(jnp.dtype(getattr(self, name)), jnp.floating)
-            except TypeError:
-                ok = False
-            if not ok:
-                raise ValueError(f"BiLMConfig.{name} must name a float dtype ('float32', "
-                                 f"'bfloat16'), got {getattr(self, name)!r}")
+        check_float_dtypes(self, "BiLMConfig")
 
     @property
     def feature_dim(self) -> int:

@@ -29,6 +29,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.models.config_checks import check_float_dtypes
 from zoo.nn.embeddings import Embed
 from zoo.nn.linear import Dense
 from zoo.nn.recurrent import CELL_KINDS, make_cell
@@ -76,14 +77,7 @@ class RNNLMConfig:
                 f"output is scored against the embedding table), got hidden_size="
                 f"{self.hidden_size}, embed_dim={self.embed_dim}; set them equal or "
                 "tie_embeddings=False")
-        for name in ("dtype", "param_dtype"):
-            try:
-                ok = jnp.issubdtype(jnp.dtype(getattr(self, name)), jnp.floating)
-            except TypeError:
-                ok = False
-            if not ok:
-                raise ValueError(f"RNNLMConfig.{name} must name a float dtype ('float32', "
-                                 f"'bfloat16'), got {getattr(self, name)!r}")
+        check_float_dtypes(self, "RNNLMConfig")
 
 
 # (embed_dim, hidden_size, num_layers). tiny follows the house rule (2 layers, width <= 64) and

@@ -78,6 +78,7 @@ import numpy as np
 
 from zoo import decoding
 from zoo.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from zoo.models.config_checks import check_float_dtypes
 from zoo.nn.embeddings import Embed
 from zoo.nn.linear import Dense
 from zoo.nn.masks import masked_softmax
@@ -143,14 +144,7 @@ class Seq2SeqConfig:
                 "Seq2SeqConfig.attention='dot' needs keys as wide as the decoder state, but "
                 "bidirectional=True makes the encoder outputs 2 * hidden_size wide; use "
                 "attention='general' or 'additive', or bidirectional=False")
-        for name in ("dtype", "param_dtype"):
-            try:
-                ok = jnp.issubdtype(jnp.dtype(getattr(self, name)), jnp.floating)
-            except TypeError:
-                ok = False
-            if not ok:
-                raise ValueError(f"Seq2SeqConfig.{name} must name a float dtype ('float32', "
-                                 f"'bfloat16'), got {getattr(self, name)!r}")
+        check_float_dtypes(self, "Seq2SeqConfig")
         for name in ("pad_id", "bos_id", "eos_id"):
             value = getattr(self, name)
             if not 0 <= value < self.vocab_size:
