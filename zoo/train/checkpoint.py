@@ -4,15 +4,98 @@ Saves are asynchronous (the next steps run while the previous state is written);
 a step directory atomically, so a crash mid-save leaves the previous checkpoint as the latest.
 """
 
+import json
 import os
+import shutil
 
 import grain
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
+from etils import epath
+from jax.experimental import multihost_utils
+
+from zoo.train import checkpoint_failures, checksums
+from zoo.train.checkpoint_failures import CheckpointWriteError, first_line
 
 
 class MissingParamsError(ValueError):
     """A checkpoint holds none of (or only part of) the parameters asked for."""
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint's parameters have other names or shapes than the model being restored."""
+
+
+class CorruptCheckpointError(RuntimeError):
+    """No checkpoint in the directory could be read."""
+
+
+class DataReshardError(ValueError):
+    """The saved data-iterator positions cannot be mapped onto this run's process count."""
+
+
+class _Unreadable(Exception):
+    """One step's files are damaged (the restore falls back to an older step)."""
+
+
+def _warn(message: str) -> None:
+    if jax.process_index() == 0:
+        print(f"WARNING: {message}", flush=True)
+
+
+def _barrier(name: str) -> None:
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(name)
+
+
+def _free_name(path: str) -> str:
+    candidate, n = path, 1
+    while os.path.exists(candidate):
+        candidate, n = f"{path}.{n}", n + 1
+    return candidate
+
+
+def _shapes(tree) -> dict[str, tuple]:
+    return {jax.tree_util.keystr(path): tuple(leaf.shape)
+            for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def _restore_iterator(directory: str, iterator) -> None:
+    """Sets `iterator` to the position saved in `directory` (grain's per-process JSON files).
+
+    Written by another process count, the position still applies when every process saved the
+    same one: zoo's pipelines keep one global order and cut each global batch by process (see
+    zoo.data.batching), so their state is the global batch index, not a per-process cursor.
+    """
+    index, count = jax.process_index(), jax.process_count()
+    own = os.path.join(directory, f"process_{index}-of-{count}.json")
+    try:
+        if os.path.exists(own):
+            with open(own) as f:
+                state = json.load(f)
+        else:
+            saved = sorted(n for n in os.listdir(directory) if n.startswith("process_"))
+            if not saved:
+                raise _Unreadable(f"{directory} holds no data-iterator position")
+            states = []
+            for name in saved:
+                with open(os.path.join(directory, name)) as f:
+                    states.append(json.load(f))
+            if any(s != states[0] for s in states):
+                writers = saved[0].rsplit("-of-", 1)[1].removesuffix(".json")
+                raise DataReshardError(
+                    f"the data positions in {directory} differ between the {writers} processes "
+                    f"that saved them, so this data pipeline cannot be re-sharded onto {count} "
+                    f"process(es); resume with {writers} processes (JAX_NUM_PROCESSES={writers})")
+            state = states[0]
+    except (OSError, ValueError) as e:
+        if isinstance(e, DataReshardError):
+            raise
+        raise _Unreadable(f"its data-iterator position is unreadable ({first_line(e)})") from e
+    iterator.set_state(state)
+    if hasattr(iterator, "start_prefetch"):
+        iterator.start_prefetch()
 
 
 class Checkpointer:
@@ -28,12 +111,18 @@ class Checkpointer:
             raise ValueError(f"config.train.best_mode must be 'min' or 'max', got {best_mode!r}")
         self.directory = os.path.join(os.path.abspath(workdir), subdir)
         self.best_metric, self.best_mode = best_metric, best_mode
+        self._pending: int | None = None  # the step an async save may still be writing
+        self._failed: int | None = None  # the step whose write failed (reported already)
+        self._best: float | None = None  # best_metric's best saved value (see best_value)
         self._manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(
                 max_to_keep=max_to_keep, enable_async_checkpointing=async_save, create=True,
                 best_fn=(lambda m: m[best_metric]) if best_metric else None,
                 best_mode=best_mode,
+                # Checksums go in before the commit, so they appear with the files they cover.
+                async_options=ocp.AsyncOptions(post_finalization_callback=lambda: (
+                    checksums.write_newest_pending(self.directory))) if async_save else None,
             ),
         )
 
@@ -42,10 +131,12 @@ class Checkpointer:
 
     def best_value(self) -> float | None:
         """The best recorded value of best_metric, or None before the first save."""
-        step = self._manager.best_step()
-        if step is None:
-            return None
-        return float(self._manager.metrics(step)[self.best_metric])
+        # Remembered from save(): the best step's metrics are on disk only once its async save
+        # commits, which can be after the next evaluation asks.
+        if self._best is None and self._manager.best_step() is not None:
+            metrics = self._manager.metrics(self._manager.best_step())
+            self._best = float(metrics[self.best_metric])
+        return self._best
 
     def is_better(self, value: float) -> bool:
         best = self.best_value()
@@ -54,34 +145,232 @@ class Checkpointer:
         return value < best if self.best_mode == "min" else value > best
 
     def save(self, step: int, state, data_iterator=None, metrics=None) -> None:
+        """Starts writing `step` (in the background when async).
+
+        Raises CheckpointWriteError, naming the step that failed, when the disk cannot hold this
+        save (checked before writing anything) or when this or the previous save failed to
+        write: the failed step is not committed and the last complete checkpoint is intact.
+        """
+        self._finish_pending()
+        self._check_free_space(step, state)
         items = {"state": ocp.args.StandardSave(state)}
         if data_iterator is not None:
             items["data"] = grain.checkpoint.CheckpointSave(data_iterator)
-        self._manager.save(step, args=ocp.args.Composite(**items),
-                           metrics=None if metrics is None else dict(metrics))
+        self._pending = step
+        if metrics is not None and self.best_metric and self.is_better(
+                float(metrics[self.best_metric])):
+            self._best = float(metrics[self.best_metric])
+        try:
+            self._manager.save(step, args=ocp.args.Composite(**items),
+                               metrics=None if metrics is None else dict(metrics))
+        except Exception as e:
+            self._pending = None
+            if not isinstance(e, OSError) and checkpoint_failures.os_errno(e) is None:
+                raise  # not a write failure (e.g. a step that already exists)
+            raise self._write_failed(step, e) from e
 
-    def restore(self, target, data_iterator=None, step: int | None = None):
+    def _finish_pending(self) -> None:
+        """Waits for the async save in flight: its failure, raised by orbax wherever the next
+        wait happens, surfaces here with the step it was writing."""
+        step, self._pending = self._pending, None
+        try:
+            self._manager.wait_until_finished()
+        except Exception as e:
+            if step is None:
+                raise
+            raise self._write_failed(step, e) from e
+
+    def _check_free_space(self, step: int, state) -> None:
+        """Refuses a save that cannot fit before writing a byte: a full disk found mid-write
+        costs the whole write and the disk space of a partial directory."""
+        # The arrays' in-memory size: an upper bound (orbax compresses), so a save that would
+        # only just fit compressed is refused too.
+        needed = sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(state))
+        try:
+            free = shutil.disk_usage(self.directory).free
+        except OSError:
+            return  # not a local directory: the write itself reports a full disk
+        short = needed > free
+        if jax.process_count() > 1:  # every process must raise, or the others wait forever
+            short = bool(multihost_utils.process_allgather(np.array(short)).any())
+        if short:
+            raise checkpoint_failures.no_room_error(self.directory, step, self._previous(step),
+                                                    needed, free)
+
+    def _previous(self, step: int) -> int | None:
+        return max((s for s in self._manager.all_steps() if s < step), default=None)
+
+    def _write_failed(self, step: int, error: Exception) -> CheckpointWriteError:
+        self._failed = step
+        checkpoint_failures.drop_abandoned_write_reports(
+            os.path.join(self.directory, f"{step}.orbax-checkpoint-tmp"))
+        return checkpoint_failures.write_error(self.directory, step, self._previous(step), error)
+
+    def restore(self, target, data_iterator=None, step: int | None = None,
+                quarantine: bool = False):
         """Restores the state onto `target`'s shapes and shardings (any mesh), and the iterator
-        in place. `target`: a state pytree of arrays or jax.ShapeDtypeStruct with shardings."""
-        step = self.latest_step() if step is None else step
-        if step is None:
+        in place. `target`: a state pytree of arrays or jax.ShapeDtypeStruct with shardings.
+
+        Without `step`, an unreadable latest checkpoint (truncated or missing files, checksums
+        that differ from the ones written) is reported and the next older one is tried. With
+        `quarantine` (the training run, which owns the directory) the unreadable ones are moved
+        to <workdir>/checkpoints_corrupt/, so the run can save those steps again and nothing is
+        deleted. A checkpoint of another model or config is not corruption: it raises
+        CheckpointMismatchError at once.
+        """
+        steps = sorted(self._manager.all_steps(), reverse=True) if step is None else [step]
+        if not steps:
             raise FileNotFoundError(
                 f"no checkpoint in {self.directory}; train first (train.py --workdir=...)"
             )
         abstract = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), target
         )
-        items = {"state": ocp.args.StandardRestore(abstract)}
-        if data_iterator is not None:
-            items["data"] = grain.checkpoint.CheckpointRestore(data_iterator)
-        return self._manager.restore(step, args=ocp.args.Composite(**items))["state"]
+        unreadable = []
+        for candidate in steps:
+            try:
+                state = self._restore_step(candidate, abstract, data_iterator)
+            except _Unreadable as e:
+                unreadable.append((candidate, str(e)))
+                _warn(f"checkpoint step {candidate} in {self.directory} is unreadable: {e}")
+                continue
+            if unreadable:
+                self._set_aside(unreadable, candidate, quarantine)
+            return state
+        listed = "; ".join(f"step {s}: {why}" for s, why in unreadable)
+        raise CorruptCheckpointError(
+            f"no readable checkpoint in {self.directory} ({listed}). Nothing was moved or "
+            "deleted; to start this run over, move that directory away and run again"
+        )
 
-    def restore_params(self, target_params, step: int | None = None):
+    def _step_directory(self, step: int) -> str:
+        return os.path.join(self.directory, str(step))
+
+    def _restore_step(self, step: int, abstract, data_iterator):
+        directory = self._step_directory(step)
+        found = checksums.problems(directory)
+        if found:
+            raise _Unreadable(f"{len(found)} file(s) damaged since they were written: "
+                              f"{', '.join(found[:3])}")
+        self._check_fits(step, abstract.params)
+        try:
+            state = self._manager.restore(
+                step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))["state"]
+        except Exception as e:  # tensorstore and orbax raise bare Exception for missing data
+            raise _Unreadable(first_line(e)) from e
+        if data_iterator is not None:
+            _restore_iterator(os.path.join(directory, "data"), data_iterator)
+        return state
+
+    def _saved_param_shapes(self, step: int) -> dict[str, tuple]:
+        """{keystr path: shape} of the params saved at `step`, from the metadata alone."""
+        metadata = ocp.StandardCheckpointHandler().metadata(
+            epath.Path(self._step_directory(step)) / "state")
+        return _shapes(metadata.tree["params"])
+
+    def _check_fits(self, step: int, target_params) -> None:
+        """CheckpointMismatchError unless the saved params have `target_params`' names and
+        shapes (read from the checkpoint's metadata, no array is loaded)."""
+        from zoo.models import config_checks  # which config key shapes which parameter
+
+        try:
+            saved = self._saved_param_shapes(step)
+        except Exception as e:  # an unparsable or missing _METADATA file
+            raise _Unreadable(f"its metadata cannot be read ({first_line(e)})") from e
+        wanted = _shapes(target_params)
+        if saved == wanted:
+            return
+        only_saved, only_wanted = sorted(saved.keys() - wanted), sorted(wanted.keys() - saved)
+        differ = [f"{k}: checkpoint {saved[k]} vs this config {wanted[k]}, "
+                  f"{config_checks.param_shape_hint(k, saved[k])}"
+                  for k in sorted(saved.keys() & wanted.keys()) if saved[k] != wanted[k]]
+        details = [f"{len(differ)} shape(s) differ, e.g. {differ[:3]}" if differ else "",
+                   f"only in the checkpoint: {only_saved[:3]}" if only_saved else "",
+                   f"only in this model: {only_wanted[:3]}" if only_wanted else ""]
+        raise CheckpointMismatchError(
+            f"checkpoint step {step} in {self.directory} was written by another model or config "
+            f"({'; '.join(d for d in details if d)}). This --workdir belongs to that run: use a "
+            "new --workdir, or rerun with the config that wrote it (e.g. the same "
+            "config.model size and config.data.vocab_size / seq_len)"
+        )
+
+    def _set_aside(self, unreadable: list[tuple[int, str]], restored: int,
+                   quarantine: bool) -> None:
+        steps = [s for s, _ in unreadable]
+        if quarantine:
+            # Every process has finished reading before process 0 moves anything.
+            _barrier("zoo_checkpoint_quarantine")
+            corrupt_dir = os.path.join(os.path.dirname(self.directory),
+                                       os.path.basename(self.directory) + "_corrupt")
+            if jax.process_index() == 0:
+                os.makedirs(corrupt_dir, exist_ok=True)
+                for s in steps:
+                    os.replace(self._step_directory(s),
+                               _free_name(os.path.join(corrupt_dir, str(s))))
+            _barrier("zoo_checkpoint_quarantined")
+            self._manager.reload()
+            where = f"moved step(s) {steps} to {corrupt_dir}"
+        else:
+            where = f"left step(s) {steps} in place"
+        _warn(f"resumed from step {restored}, the newest readable checkpoint; {where}")
+
+    def restore_params(self, target_params, step: int | None = None, source: str = ""):
         """Only the params of a saved train state, onto `target_params`' shapes and shardings
-        (a new run initialised from another run: new optimizer, step 0, other data)."""
+        (a new run initialised from another run: new optimizer, step 0, other data).
+
+        The checkpoint may hold more than the target (a pretraining run's heads); what the
+        target needs is checked against its metadata before any array is read. `source` names
+        what pointed here in errors (e.g. "config.train.init_from='/runs/a'").
+
+        Raises:
+          FileNotFoundError: the directory holds no checkpoint.
+          MissingParamsError: the checkpoint lacks some of the target's parameters (another
+            model family, a deeper model, other layer layout); `.missing` lists them and
+            `.wanted` counts the target's.
+          CheckpointMismatchError: the same names with other shapes; each is named with both
+            shapes and the config key that sets it.
+        """
+        from zoo.models import config_checks  # which config key shapes which parameter
+
+        where = source or f"the params in {self.directory}"
         step = self.latest_step() if step is None else step
         if step is None:
-            raise FileNotFoundError(f"no checkpoint in {self.directory} to initialise from")
+            raise FileNotFoundError(f"{where}: no checkpoint in {self.directory} to initialise "
+                                    "from; point it at the workdir of a finished run")
+        wanted = _shapes(target_params)
+        try:
+            saved = self._saved_param_shapes(step)
+        except Exception as e:  # noqa: BLE001 -- orbax/tensorstore raise bare Exception
+            raise ValueError(f"{where}: the checkpoint step {step} in {self.directory} cannot be "
+                             f"read ({first_line(e)}); point it at the workdir of a finished "
+                             "run") from None
+        missing = [name for name in wanted if name not in saved]
+        if missing:
+            def top(names):  # "['bert']['pooler']..." -> bert
+                return ", ".join(sorted({n[2:n.find("']")] for n in names})) or "nothing"
+            # None of them: another family (or head); some: a deeper model, other layout.
+            verdict = ("is not a checkpoint of this model" if len(missing) == len(wanted)
+                       else "does not fit this model")
+            error = MissingParamsError(
+                f"{where} {verdict}: its params (step {step} in "
+                f"{self.directory}) lack {len(missing)} of this model's {len(wanted)} "
+                f"parameters, e.g. {', '.join(missing[:3])}; the checkpoint holds "
+                f"{top(saved)}, this model {top(wanted)}"
+                f"{config_checks.param_layout_hint(missing, list(saved))}. "
+                "init_from must be a run of the model this task trains or fine-tunes (the same "
+                "family and config.model.size)")
+            error.missing, error.wanted = missing, len(wanted)
+            raise error
+        differ = [name for name in wanted if saved[name] != wanted[name]]
+        if differ:
+            shown = "; ".join(
+                f"{name}: checkpoint {saved[name]}, this model {wanted[name]}, "
+                f"{config_checks.param_shape_hint(name, saved[name])}" for name in differ[:3])
+            raise CheckpointMismatchError(
+                f"{where}: {len(differ)} of the checkpoint's parameters (step {step} in "
+                f"{self.directory}) have other shapes than this model's: {shown}"
+                f"{'; ...' if len(differ) > 3 else ''}. The model config must be the "
+                "checkpoint's")
         target = {"params": jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), target_params)}
         try:
@@ -89,23 +378,33 @@ class Checkpointer:
                 state=ocp.args.PyTreeRestore(
                     item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
                     partial_restore=True)))
-        except (ValueError, KeyError) as e:
-            raise ValueError(
-                f"the params saved in {self.directory} (step {step}) do not fit this model: {e}"
-            ) from None
-        params = restored["state"]["params"]
-        # A partial restore leaves what the checkpoint lacks as ShapeDtypeStruct placeholders
-        # instead of failing; a run must never start from them.
-        missing = [jax.tree_util.keystr(path) for path, x in
-                   jax.tree_util.tree_leaves_with_path(params)
-                   if isinstance(x, jax.ShapeDtypeStruct)]
-        if missing:
-            raise MissingParamsError(
-                f"the params saved in {self.directory} (step {step}) lack {len(missing)} of this "
-                f"model's parameters, e.g. {missing[:3]}; init_from must be a run of this model "
-                "(or of the model this task fine-tunes)")
-        return params
+        except Exception as e:  # orbax and tensorstore raise bare Exception
+            raise ValueError(f"{where}: the params of checkpoint step {step} in {self.directory} "
+                             f"cannot be read ({first_line(e)})") from e
+        return restored["state"]["params"]
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
-        self._manager.close()
+        """Waits for the save in flight (CheckpointWriteError if it failed), then closes."""
+        try:
+            self._finish_pending()
+        finally:
+            try:
+                self._manager.close()  # joins every write still in flight
+            except Exception:
+                # After a reported failure, the same save's other writes may fail too (or find
+                # their directory gone); raising them would mask the error that explains it.
+                if self._failed is None:
+                    raise
+            if self._failed is not None:
+                self._remove_partial(self._failed)
+
+    def _remove_partial(self, step: int) -> None:
+        """Deletes the uncommitted <step>.orbax-checkpoint-tmp directory of a failed save: it
+        never counts as a checkpoint, but on a full disk its space is what the rerun needs.
+        (With several processes, another may still be writing into it: orbax itself replaces
+        it when that step is saved again.)"""
+        if jax.process_count() > 1 or not os.path.isdir(self.directory):
+            return
+        for name in os.listdir(self.directory):
+            if name.startswith(f"{step}.orbax-checkpoint-tmp"):
+                shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)

@@ -107,13 +107,21 @@ def make_predict_step(setup: Setup):
 
 class _Preemption:
     """SIGTERM (a TPU/GPU scheduler's preemption notice) asks the loop to finish the current
-    step, checkpoint and return; a second SIGTERM is left to the default handler."""
+    step, checkpoint and return; a second SIGTERM is left to the default handler.
+
+    With several processes the notice reaches one host, or each at a different step, yet all
+    must save the same step together: JAX's preemption sync manager (started by
+    jax.distributed.initialize, which catches SIGTERM itself) propagates the notice and agrees
+    on the step, so no Python handler is installed then."""
 
     def __init__(self):
-        self.requested = False
+        self._requested = False
         self._previous = None
+        self._multihost = jax.process_count() > 1
 
     def __enter__(self):
+        if self._multihost:
+            return self
         try:
             self._previous = signal.signal(signal.SIGTERM, self._handle)
         except ValueError:  # not the main thread: no handler, the run is simply not preemptible
@@ -121,8 +129,14 @@ class _Preemption:
         return self
 
     def _handle(self, signum, frame):
-        self.requested = True
+        self._requested = True
         signal.signal(signal.SIGTERM, self._previous or signal.SIG_DFL)
+
+    def reached(self, step: int) -> bool:
+        """Whether to save and stop after `step` (called once per step, on every process)."""
+        if self._multihost:
+            return multihost_utils.reached_preemption_sync_point(step)
+        return self._requested
 
     def __exit__(self, *exc):
         if self._previous is not None:
@@ -167,7 +181,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
             if train_cfg.best_metric else None)
     state = setup.state
     if checkpointer.latest_step() is not None:
-        state = checkpointer.restore(state, batches)
+        state = checkpointer.restore(state, batches, quarantine=True)
     elif train_cfg.init_from:
         state = _init_params_from(train_cfg.init_from, state, task.pretrained_subtree())
     with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
@@ -218,11 +232,11 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
                     writer.write(done, "eval", summary)
                     _print_eval(done, summary)
                     _maybe_save_best(best, done, state, summary)
-                if (done % train_cfg.checkpoint_every == 0 or done == total
-                        or preemption.requested):
+                preempted = preemption.reached(done)
+                if done % train_cfg.checkpoint_every == 0 or done == total or preempted:
                     checkpointer.save(done, state, batches)
                     saved = done
-                if preemption.requested:
+                if preempted:
                     if jax.process_index() == 0:
                         print(f"SIGTERM: saved step {done} to {checkpointer.directory}; "
                               "exiting (rerun the same command to resume)", flush=True)
@@ -256,26 +270,34 @@ def _init_params_from(workdir: str, state: TrainState, subtree: str | None = Non
             f"config.train.init_from={workdir!r} holds no checkpoint ({source.directory}); "
             "point it at the workdir of a finished run"
         )
-    if subtree is None:
-        params = source.restore_params(state.params)
-    else:
-        params = dict(state.params)
-        params[subtree] = _restore_subtree(source, state.params[subtree], subtree)
-    if jax.process_index() == 0:
-        print(f"initialised params from {source.directory} step {source.latest_step()}",
-              flush=True)
-    source.close()
+    where = f"config.train.init_from={workdir!r}"
+    try:
+        if subtree is None:
+            params = source.restore_params(state.params, source=where)
+        else:
+            params = dict(state.params)
+            params[subtree] = _restore_subtree(source, state.params[subtree], subtree, where)
+        if jax.process_index() == 0:
+            print(f"initialised params from {source.directory} step {source.latest_step()}",
+                  flush=True)
+    finally:
+        source.close()
     return state.replace(params=params)
 
 
-def _restore_subtree(source: Checkpointer, target, subtree: str):
+def _restore_subtree(source: Checkpointer, target, subtree: str, where: str = ""):
     """The checkpoint's params[subtree] (a pretraining run with heads: BERT under 'bert'), or all
     of its params when it is the bare model (a GPT language model under a classifier's 'gpt'),
     as _pretrained_params does for directories."""
     try:
-        return source.restore_params({subtree: target})[subtree]
-    except MissingParamsError:
-        return source.restore_params(target)
+        return source.restore_params({subtree: target}, source=where)[subtree]
+    except MissingParamsError as nested:
+        try:
+            return source.restore_params(target, source=where)
+        except MissingParamsError as bare:
+            # Neither layout fits: report the closer one (a checkpoint with a `subtree` that
+            # lacks a layer is a deeper model, not another family).
+            raise min(bare, nested, key=lambda e: len(e.missing) / e.wanted) from None
 
 
 def _pretrained_params(directory: str, params, subtree: str | None):
@@ -291,17 +313,26 @@ def _pretrained_params(directory: str, params, subtree: str | None):
     target = params if subtree is None else params[subtree]
     where = f"config.train.init_from={directory!r}"
     if jax.tree.structure(loaded) != jax.tree.structure(target):
+        def top(tree):
+            return sorted(map(str, tree)) if isinstance(tree, dict) else type(tree).__name__
         raise ValueError(
-            f"{where}: the checkpoint's parameters do not match this model's "
-            f"{subtree or 'parameters'} (a different architecture or head)")
+            f"{where} is not a checkpoint of this model: its parameters {top(loaded)} do not "
+            f"match this model's {subtree or 'parameters'} {top(target)} (a different "
+            "architecture or head); point init_from at a checkpoint of the model this task "
+            "fine-tunes")
+    from zoo.models import config_checks  # which config key shapes which parameter
+
     mismatched = [
-        f"{jax.tree_util.keystr(path)}: checkpoint {np.shape(a)} vs model {b.shape}"
+        f"{name}: checkpoint {np.shape(a)}, this model {b.shape}, "
+        f"{config_checks.param_shape_hint(name, np.shape(a))}"
         for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(loaded),
                                 jax.tree.leaves(target))
-        if np.shape(a) != b.shape]
+        if np.shape(a) != b.shape
+        for name in [jax.tree_util.keystr(path)]]
     if mismatched:
-        raise ValueError(f"{where}: shapes differ from this model's: {mismatched[:3]}; the "
-                         "model config must be the checkpoint's")
+        raise ValueError(f"{where}: {len(mismatched)} parameter shapes differ from this "
+                         f"model's: {'; '.join(mismatched[:3])}. The model config must be the "
+                         "checkpoint's")
     placed = jax.tree.map(lambda a, b: jax.device_put(np.asarray(a, b.dtype), b.sharding),
                           loaded, target)
     if jax.process_index() == 0:

@@ -1,0 +1,87 @@
+"""train.py with one checkpoint fault injected, for tests/train/test_faults.py.
+
+    python tests/train/fault_launcher.py --fault=KIND:STEP <train.py flags>
+
+Faults live here, in the test harness, never in zoo/. KIND is one of:
+  hang_commit  orbax writes every file of checkpoint STEP, then its commit (the rename of
+               STEP.orbax-checkpoint-tmp to STEP) blocks forever, after writing
+               <workdir>/HANG_MARKER: a test that sees the marker kills a process mid-save.
+  file_limit   from the save of STEP on, no file may grow past FILE_LIMIT bytes (RLIMIT_FSIZE
+               with SIGXFSZ ignored, so the write fails instead of the process dying): the C++
+               writes of the arrays by tensorstore fail with EFBIG the way they fail with
+               ENOSPC on a full disk, while the metrics log stays under the limit.
+"""
+
+import asyncio
+import os
+import resource
+import signal
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import orbax.checkpoint as ocp
+from absl import flags
+from orbax.checkpoint._src.path import atomicity
+
+import train
+from zoo import cli
+
+HANG_MARKER = "fault_hanging"
+# Tiny GPT checkpoints have array files of several hundred KiB; 200 steps of metrics.jsonl
+# (log_every=1) stay under 60 KiB.
+FILE_LIMIT = 96 * 1024
+
+_FAULT = flags.DEFINE_string("fault", None, "KIND:STEP, KIND in hang_commit, file_limit")
+flags.mark_flag_as_required("fault")
+
+
+def _mark(path: str, text: str) -> None:
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)  # a test polling for it never reads half of it
+
+
+def _hang_commit(step: int, workdir: str) -> None:
+    original = atomicity.AtomicRenameTemporaryPath.finalize
+
+    async def finalize(self):
+        final = self.get_final()
+        # The step directory itself, not its state/ and data/ items (committed before it).
+        if final.name == str(step) and final.parent.name == "checkpoints":
+            _mark(os.path.join(workdir, HANG_MARKER), str(self.get()))
+            while True:
+                await asyncio.sleep(3600)
+        return await original(self)
+
+    atomicity.AtomicRenameTemporaryPath.finalize = finalize
+
+
+def _file_limit(step: int, workdir: str) -> None:
+    del workdir
+    original = ocp.CheckpointManager.save
+
+    def save(self, at_step, *args, **kwargs):
+        if at_step >= step:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (FILE_LIMIT, hard))
+        return original(self, at_step, *args, **kwargs)
+
+    ocp.CheckpointManager.save = save
+
+
+_FAULTS = {"hang_commit": _hang_commit, "file_limit": _file_limit}
+
+
+def main(config, workdir):
+    kind, _, step = _FAULT.value.partition(":")
+    if kind not in _FAULTS or not step.isdigit():
+        raise ValueError(f"--fault={_FAULT.value!r} must be KIND:STEP with KIND in "
+                         f"{sorted(_FAULTS)}, e.g. --fault=hang_commit:100")
+    _FAULTS[kind](int(step), os.path.abspath(workdir))
+    return train.main(config, workdir)
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,218 @@
+"""Restoring from damaged checkpoints: checksums catch silent corruption, an unreadable latest
+checkpoint falls back to the previous one (on a real process, with losses identical to an
+uninterrupted run), a checkpoint of another model is refused at once, and a data position
+saved by another process count is re-sharded only when it is global."""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from zoo.train import checksums
+from zoo.train.checkpoint import (
+    Checkpointer,
+    CheckpointMismatchError,
+    CorruptCheckpointError,
+    DataReshardError,
+    _restore_iterator,
+)
+from zoo.train.state import TrainState
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _state(offset=0.0, width=32):
+    params = {"w": jnp.arange(width * width, dtype=jnp.float32).reshape(width, width) + offset,
+              "b": jnp.full((width,), offset)}
+    return TrainState.create(params, optax.sgd(0.1), jax.random.key(0))
+
+
+def _largest_array_file(workdir, step):
+    files = glob.glob(os.path.join(workdir, "checkpoints", str(step), "state", "**", "d", "*"),
+                      recursive=True)
+    return max(files, key=os.path.getsize)
+
+
+def _flip_bytes(path, count=16):
+    with open(path, "r+b") as f:
+        f.seek(os.path.getsize(path) // 2)
+        data = f.read(count)
+        f.seek(os.path.getsize(path) // 2)
+        f.write(bytes(b ^ 0xFF for b in data))
+
+
+def _saved(workdir, steps=(2, 4)):
+    saver = Checkpointer(workdir)
+    for step in steps:
+        saver.save(step, _state(float(step)))
+    saver.close()
+
+
+def _tree(directory):
+    return sorted(os.path.relpath(p, directory)
+                  for p in glob.glob(os.path.join(directory, "**"), recursive=True))
+
+
+def test_checksums_name_flipped_resized_and_missing_files(tmp_path):
+    for name, content in (("a.bin", b"x" * 100), ("sub/b.bin", b"y" * 10), ("c.bin", b"z")):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_bytes(content)
+    assert checksums.problems(str(tmp_path)) is None  # nothing recorded yet
+    checksums.write(str(tmp_path))
+    assert checksums.problems(str(tmp_path)) == []
+    _flip_bytes(tmp_path / "a.bin", count=1)
+    (tmp_path / "sub/b.bin").write_bytes(b"y" * 9)
+    (tmp_path / "c.bin").unlink()
+    found = checksums.problems(str(tmp_path))
+    assert found == ["a.bin has a different CRC-32 than when it was written",
+                     "c.bin is missing", "sub/b.bin has 9 bytes, 10 written"]
+
+
+def test_every_async_save_commits_its_checksums(tmp_path):
+    _saved(str(tmp_path))
+    for step in (2, 4):
+        directory = tmp_path / "checkpoints" / str(step)
+        record = json.loads((directory / checksums.FILENAME).read_text())
+        assert any(name.startswith("state/") for name in record)
+        assert checksums.problems(str(directory)) == []
+
+
+@pytest.mark.parametrize("damage", ["flipped bytes", "truncated file", "garbled metadata"])
+def test_unreadable_latest_falls_back_and_is_set_aside(tmp_path, damage, capsys):
+    workdir = str(tmp_path)
+    _saved(workdir)
+    if damage == "flipped bytes":  # reads fine: only the checksums can tell
+        _flip_bytes(_largest_array_file(workdir, 4))
+    elif damage == "truncated file":  # without checksums: tensorstore's own read error
+        os.remove(os.path.join(workdir, "checkpoints", "4", checksums.FILENAME))
+        path = _largest_array_file(workdir, 4)
+        os.truncate(path, os.path.getsize(path) // 2)
+    else:
+        os.remove(os.path.join(workdir, "checkpoints", "4", checksums.FILENAME))
+        with open(os.path.join(workdir, "checkpoints", "4", "state", "_METADATA"), "w") as f:
+            f.write("{not json")
+    damaged_files = _tree(os.path.join(workdir, "checkpoints", "4"))
+    checkpointer = Checkpointer(workdir)
+    restored = checkpointer.restore(_state(), quarantine=True)
+    np.testing.assert_array_equal(restored.params["w"], _state(2.0).params["w"])
+    out = capsys.readouterr().out
+    assert "checkpoint step 4 in" in out and "is unreadable" in out
+    assert "resumed from step 2, the newest readable checkpoint; moved step(s) [4]" in out
+    # Set aside whole, not deleted, and out of the way of saving step 4 again.
+    assert _tree(os.path.join(workdir, "checkpoints_corrupt", "4")) == damaged_files
+    assert checkpointer.latest_step() == 2
+    checkpointer.save(4, _state(40.0))
+    checkpointer.close()
+    again = Checkpointer(workdir).restore(_state())
+    np.testing.assert_array_equal(again.params["w"], _state(40.0).params["w"])
+
+
+def test_without_quarantine_the_damaged_step_stays_in_place(tmp_path):
+    workdir = str(tmp_path)
+    _saved(workdir)
+    _flip_bytes(_largest_array_file(workdir, 4))
+    restored = Checkpointer(workdir).restore(_state())  # e.g. eval.py beside a training run
+    np.testing.assert_array_equal(restored.params["b"], _state(2.0).params["b"])
+    assert os.path.isdir(os.path.join(workdir, "checkpoints", "4"))
+    assert not os.path.exists(os.path.join(workdir, "checkpoints_corrupt"))
+
+
+def test_no_readable_checkpoint_names_each_and_moves_nothing(tmp_path):
+    workdir = str(tmp_path)
+    _saved(workdir)
+    for step in (2, 4):
+        _flip_bytes(_largest_array_file(workdir, step))
+    before = _tree(workdir)
+    with pytest.raises(CorruptCheckpointError,
+                       match=r"no readable checkpoint .*step 4: .*CRC-32.*step 2: .*CRC-32.*"
+                             r"Nothing was moved"):
+        Checkpointer(workdir).restore(_state(), quarantine=True)
+    assert _tree(workdir) == before
+
+
+def test_checkpoint_of_another_model_is_refused_not_skipped(tmp_path):
+    workdir = str(tmp_path)
+    _saved(workdir)
+    before = _tree(workdir)
+    with pytest.raises(CheckpointMismatchError,
+                       match=r"step 4 .* another model or config .*\['w'\]: checkpoint "
+                             r"\(32, 32\) vs this config \(16, 16\).*new --workdir"):
+        Checkpointer(workdir).restore(_state(width=16), quarantine=True)
+    assert _tree(workdir) == before  # the older step was not tried, nothing was moved
+
+
+class _Position:
+    def __init__(self):
+        self.state = None
+
+    def set_state(self, state):
+        self.state = state
+
+
+def _write_positions(directory, positions):
+    os.makedirs(directory)
+    for index, position in enumerate(positions):
+        with open(os.path.join(directory, f"process_{index}-of-{len(positions)}.json"), "w") as f:
+            json.dump(position, f)
+
+
+def test_a_global_data_position_resumes_under_another_process_count(tmp_path):
+    _write_positions(tmp_path / "data", [{"next_index": 7}, {"next_index": 7}])
+    iterator = _Position()
+    _restore_iterator(str(tmp_path / "data"), iterator)  # this test is 1 process of 1
+    assert iterator.state == {"next_index": 7}
+
+
+def test_per_process_data_positions_cannot_be_resharded(tmp_path):
+    _write_positions(tmp_path / "data", [{"next_index": 7}, {"next_index": 9}])
+    with pytest.raises(DataReshardError, match=r"differ between the 2 processes.*"
+                                               r"resume with 2 processes \(JAX_NUM_PROCESSES=2\)"):
+        _restore_iterator(str(tmp_path / "data"), _Position())
+
+
+# --- on a real process -----------------------------------------------------------------------
+
+STEPS, EVERY = 60, 20
+
+
+def _command(workdir, steps):
+    return [
+        sys.executable, os.path.join(ROOT, "train.py"), "--config=configs/gpt.py:size=tiny",
+        f"--workdir={workdir}", "--config.data.seq_len=16", "--config.data.batch_size=8",
+        "--config.data.vocab_size=128", f"--config.train.steps={steps}",
+        "--config.train.log_every=1", "--config.train.eval_every=100000",
+        f"--config.train.checkpoint_every={EVERY}", "--config.train.tensorboard=false",
+        "--config.train.best_metric=",
+    ]
+
+
+def _train(workdir, steps):
+    proc = subprocess.run(_command(workdir, steps), cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, JAX_PLATFORMS="cpu",
+                                                XLA_FLAGS="--xla_force_host_platform_device_count=1"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def _losses(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return {r["step"]: r["loss"] for r in map(json.loads, f) if r["split"] == "train"}
+
+
+def test_a_run_resumes_from_the_checkpoint_before_a_corrupted_one(tmp_path):
+    uninterrupted, workdir = str(tmp_path / "uninterrupted"), str(tmp_path / "run")
+    _train(uninterrupted, STEPS)
+    _train(workdir, 2 * EVERY)
+    _flip_bytes(_largest_array_file(workdir, 2 * EVERY))
+    out = _train(workdir, STEPS)
+    assert f"checkpoint step {2 * EVERY} in {workdir}/checkpoints is unreadable" in out
+    assert f"starting at step {EVERY} of {STEPS}" in out
+    assert os.path.isdir(os.path.join(workdir, "checkpoints_corrupt", str(2 * EVERY)))
+    assert _losses(workdir) == _losses(uninterrupted)  # exact, every step

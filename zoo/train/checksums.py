@@ -1,0 +1,82 @@
+"""Checksums of a checkpoint's files, so silent corruption is caught before a run trusts it.
+
+Orbax notices a truncated or missing file (tensorstore fails to read it) but not flipped bytes:
+a damaged chunk restores as different numbers and training carries on from them. So every
+checkpoint directory gets a CRC-32 of each file, written inside the temporary directory just
+before orbax commits it (the commit makes files and checksums appear together), and a restore
+compares them first. CRC-32 because it is a media-error check, not a security one, and reading
+a multi-GiB checkpoint through zlib.crc32 costs about as much as copying it.
+"""
+
+import json
+import os
+import zlib
+
+FILENAME = "zoo_checksums.json"
+_CHUNK = 1 << 22
+# Orbax writes these after the hook that records checksums (commit markers, the commit time).
+_REWRITTEN_AT_COMMIT = ("commit_success.txt", "_CHECKPOINT_METADATA")
+
+
+def _crc32(path: str) -> str:
+    crc = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            crc = zlib.crc32(chunk, crc)
+    return f"{crc:08x}"
+
+
+def _files(directory: str) -> list[str]:
+    found = []
+    for root, _, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            rel = os.path.relpath(path, directory)
+            if rel != FILENAME and name not in _REWRITTEN_AT_COMMIT:
+                found.append(rel)
+    return sorted(found)
+
+
+def write(directory: str) -> None:
+    """Records the size and CRC-32 of every file under `directory` in FILENAME."""
+    table = {rel: {"bytes": os.path.getsize(os.path.join(directory, rel)),
+                   "crc32": _crc32(os.path.join(directory, rel))}
+             for rel in _files(directory)}
+    tmp = os.path.join(directory, FILENAME + ".tmp")
+    with open(tmp, "w") as f:
+        json.dump(table, f, indent=0, sort_keys=True)
+    os.replace(tmp, os.path.join(directory, FILENAME))
+
+
+def problems(directory: str) -> list[str] | None:
+    """What differs from the recorded checksums ([] = intact), or None when `directory` has no
+    record (a checkpoint written before checksums existed, or by a synchronous save)."""
+    record = os.path.join(directory, FILENAME)
+    if not os.path.exists(record):
+        return None
+    try:
+        with open(record) as f:
+            table = json.load(f)
+    except (OSError, ValueError) as e:
+        return [f"{FILENAME} is unreadable ({e})"]
+    found = []
+    for rel, expected in sorted(table.items()):
+        path = os.path.join(directory, rel)
+        if not os.path.exists(path):
+            found.append(f"{rel} is missing")
+        elif os.path.getsize(path) != expected["bytes"]:
+            found.append(f"{rel} has {os.path.getsize(path)} bytes, {expected['bytes']} written")
+        elif _crc32(path) != expected["crc32"]:
+            found.append(f"{rel} has a different CRC-32 than when it was written")
+    return found
+
+
+def write_newest_pending(checkpoint_dir: str) -> None:
+    """Writes checksums into the newest orbax temporary step directory of `checkpoint_dir`: the
+    one being committed. (Orbax's post-finalization hook takes no arguments; saves run one at a
+    time, so the newest temporary directory is the one in flight, and stale ones left by a
+    killed run are older.)"""
+    pending = [os.path.join(checkpoint_dir, name) for name in os.listdir(checkpoint_dir)
+               if ".orbax-checkpoint-tmp" in name]
+    if pending:
+        write(max(pending, key=os.path.getmtime))
