@@ -83,6 +83,9 @@ def train_config(steps: ml_collections.FieldReference) -> ml_collections.ConfigD
             best_mode="min",
             grad_accum_steps=1,  # micro-batches per step; the update equals one large batch
             nonfinite="skip",  # NaN/Inf loss or gradients: 'skip' the update, or 'stop'
+            # Skip the update of a step whose loss exceeds factor x its running mean (after
+            # warmup_steps); stop after max_in_a_row such steps. factor 0 = off.
+            loss_spike=dict(factor=0.0, warmup_steps=100, decay=0.99, max_in_a_row=10),
             profile_steps="",  # 'START:STOP': a jax.profiler trace of those steps in workdir
             peak_flops=0.0,  # per-device peak FLOP/s for MFU where the device is not known
             dry_run=False,  # print mesh, per-device memory and FLOPs/step, then exit

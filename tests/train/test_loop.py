@@ -5,6 +5,7 @@ import json
 import flax.linen as nn
 import grain
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -106,17 +107,23 @@ def test_checkpoint_restores_onto_other_meshes(tiny_lm_config, tmp_path):
 
 
 class _Poisoned(grain.DatasetIterator):
-    """The task's checkpointable iterator, with NaN token weights in batch number `bad`."""
+    """The task's checkpointable iterator, with NaN token weights in the batches numbered
+    `bad` (or, with `marker`, one token weight set to it)."""
 
-    def __init__(self, inner, bad):
+    def __init__(self, inner, bad, marker=np.nan):
         super().__init__(inner)
-        self._inner, self._bad, self._count = inner, bad, 0
+        self._inner, self._bad, self._marker, self._count = inner, bad, marker, 0
 
     def __next__(self):
         batch = next(self._inner)
         self._count += 1
-        if self._count == self._bad:
-            batch = dict(batch, weights=batch["weights"] * np.nan)
+        if self._count in self._bad:
+            weights = batch["weights"].copy()
+            if np.isnan(self._marker):
+                weights *= np.nan
+            else:
+                weights[0, 0] = self._marker
+            batch = dict(batch, weights=weights)
         return batch
 
     def get_state(self):
@@ -126,18 +133,56 @@ class _Poisoned(grain.DatasetIterator):
         self._inner.set_state(state)
 
 
-def _poison(monkeypatch, bad):
+def _poison(monkeypatch, bad, marker=np.nan):
     from zoo.tasks import lm
 
     original = lm.LanguageModelTask.train_batches
     monkeypatch.setattr(lm.LanguageModelTask, "train_batches",
-                        lambda self, *a: _Poisoned(original(self, *a), bad))
+                        lambda self, *a: _Poisoned(original(self, *a), bad, marker))
+
+
+def _spike_on_marked_batches(monkeypatch, bad):
+    """Batches numbered `bad` carry a token weight of 2 (a marker); the loss of a marked batch
+    is multiplied by 100: a loss spike, as a bad shard or an optimizer blow-up would give."""
+    from zoo.tasks import lm
+
+    _poison(monkeypatch, bad, marker=2.0)
+    original = lm.LanguageModelTask.loss_fn
+
+    def loss_fn(self, params, batch, rng, train):
+        sums = original(self, params, batch, rng, train)
+        spike = jnp.where(batch["weights"].max() > 1.0, 100.0, 1.0)
+        return dict(sums, loss_sum=sums["loss_sum"] * spike)
+
+    monkeypatch.setattr(lm.LanguageModelTask, "loss_fn", loss_fn)
+
+
+def test_loss_spike_guard_skips_a_spike_and_carries_on(tiny_lm_config, tmp_path, monkeypatch):
+    config = tiny_lm_config(steps=6)
+    config.train.loss_spike.update(factor=3.0, warmup_steps=2)
+    _spike_on_marked_batches(monkeypatch, bad={4})
+    loop.run(config, str(tmp_path))
+    train = {r["step"]: r for r in map(json.loads, open(tmp_path / "metrics.jsonl"))
+             if r["split"] == "train"}
+    assert [train[s]["spike_skips"] for s in range(1, 7)] == [0, 0, 0, 1, 0, 0]
+    assert train[4]["loss"] > 50 * train[3]["loss"]  # the spike is shown, not hidden
+
+
+def test_loss_spike_guard_stops_after_spikes_in_a_row(tiny_lm_config, tmp_path, monkeypatch):
+    config = tiny_lm_config(steps=8, checkpoint_every=2)
+    config.train.loss_spike.update(factor=3.0, warmup_steps=2, max_in_a_row=2)
+    _spike_on_marked_batches(monkeypatch, bad={5, 6})
+    with pytest.raises(loop.LossSpikeError,
+                       match=r"step 6: the loss exceeded 3.0 x its running mean .* for 2 steps "
+                             r"in a row .*last checkpoint, step 4, is intact"):
+        loop.run(config, str(tmp_path))
+    assert Checkpointer(str(tmp_path)).latest_step() == 4
 
 
 def test_nonfinite_stop_names_the_step_and_keeps_checkpoints(tiny_lm_config, tmp_path,
                                                              monkeypatch):
     config = tiny_lm_config(steps=6, checkpoint_every=2, nonfinite="stop")
-    _poison(monkeypatch, bad=5)
+    _poison(monkeypatch, bad={5})
     with pytest.raises(FloatingPointError, match=r"step 5: .*last checkpoint, step 4"):
         loop.run(config, str(tmp_path))
     assert Checkpointer(str(tmp_path)).latest_step() == 4
@@ -145,7 +190,7 @@ def test_nonfinite_stop_names_the_step_and_keeps_checkpoints(tiny_lm_config, tmp
 
 def test_nonfinite_skip_counts_and_continues(tiny_lm_config, tmp_path, monkeypatch):
     config = tiny_lm_config(steps=4, nonfinite="skip")
-    _poison(monkeypatch, bad=2)
+    _poison(monkeypatch, bad={2})
     loop.run(config, str(tmp_path))
     records = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
     train = {r["step"]: r for r in records if r["split"] == "train"}

@@ -1,5 +1,5 @@
-"""Gradient accumulation equals one large batch; NaN batches never reach the params; bf16
-compute keeps float32 params and optimizer state."""
+"""Gradient accumulation equals one large batch; NaN/Inf losses or gradients and guarded loss
+spikes never reach the params; bf16 compute keeps float32 params and optimizer state."""
 
 import dataclasses
 
@@ -110,6 +110,77 @@ def test_nonfinite_batch_is_skipped_and_counted(model_and_params):
     assert float(clean["nonfinite"]) == 0.0
     assert not np.array_equal(np.asarray(jax.tree.leaves(after.params)[0]),
                               np.asarray(jax.tree.leaves(new_state.params)[0]))
+
+
+@jax.custom_vjp
+def _infinite_gradient(x):
+    return x
+
+
+_infinite_gradient.defvjp(lambda x: (x, None), lambda _, g: (g * jnp.inf,))
+
+
+def test_inf_gradient_under_a_finite_loss_is_skipped(model_and_params):
+    model, params = model_and_params
+
+    def loss_fn(p, batch, rng, train):  # the forward value is untouched; only backward is Inf
+        logits = _infinite_gradient(model.apply({"params": p}, batch["inputs"]))
+        return losses.cross_entropy_sums(logits, batch["targets"], batch["weights"])
+
+    opt = optax.adam(1e-2)
+    state = TrainState.create(params, opt, jax.random.key(1))
+    batch = _batch()
+    assert np.isfinite(float(loss_fn(params, batch, None, True)["loss_sum"]))
+    new_state, metrics = jax.jit(step.make_train_step(loss_fn, opt))(state, batch)
+    assert float(metrics["nonfinite"]) == 1.0
+    for a, b in zip(jax.tree.leaves((state.params, state.opt_state)),
+                    jax.tree.leaves((new_state.params, new_state.opt_state))):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _scaled_loss_fn(model):
+    def loss_fn(params, batch, rng, train):  # batch['scale'] multiplies the loss: a spike
+        sums = _loss_fn(model)(params, batch, rng, train)
+        return dict(sums, loss_sum=sums["loss_sum"] * batch["scale"][0])
+
+    return loss_fn
+
+
+@pytest.mark.parametrize("warmup_steps", [1, 10])
+def test_spike_guard_skips_spikes_after_warmup_and_tracks_the_mean(model_and_params,
+                                                                   warmup_steps):
+    model, params = model_and_params
+    guard = step.SpikeGuard(factor=3.0, warmup_steps=warmup_steps, decay=0.5)
+    opt = optax.sgd(0.1)
+    train_step = jax.jit(step.make_train_step(_scaled_loss_fn(model), opt, spike_guard=guard))
+    state = TrainState.create(params, opt, jax.random.key(1))
+    # Step 2's loss is 10x the others: skipped after warmup, applied within it.
+    scales, expected_mean, seen = [1.0, 1.0, 10.0, 1.0], 0.0, 0
+    for i, scale in enumerate(scales):
+        batch = dict(_batch(seed=i), scale=np.full((8,), scale, np.float32))
+        before = state
+        state, metrics = train_step(state, batch)
+        loss = float(metrics["loss_sum"]) / float(metrics["weight_sum"])
+        spiked = scale > 1 and i >= warmup_steps
+        assert float(metrics["loss_spike"]) == float(spiked)
+        assert float(metrics["spikes_in_a_row"]) == float(spiked)
+        assert np.isfinite(loss)  # a spike's loss is reported, not zeroed
+        changed = not np.array_equal(np.asarray(jax.tree.leaves(state.params)[0]),
+                                     np.asarray(jax.tree.leaves(before.params)[0]))
+        assert changed != spiked
+        if not spiked:  # float64 reference of the running mean over applied steps
+            expected_mean = loss if seen == 0 else 0.5 * expected_mean + 0.5 * loss
+            seen += 1
+        assert float(state.loss_stats.mean) == pytest.approx(expected_mean, rel=1e-5)
+        assert int(state.loss_stats.count) == seen
+    assert int(state.step) == len(scales)
+
+
+def test_spike_guard_settings_are_checked():
+    with pytest.raises(ValueError, match="loss_spike.factor=1.0 must be > 1"):
+        step.SpikeGuard(factor=1.0)
+    with pytest.raises(ValueError, match="loss_spike.decay=1.0"):
+        step.SpikeGuard(factor=2.0, decay=1.0)
 
 
 def test_bf16_compute_keeps_float32_params_and_optimizer_state():

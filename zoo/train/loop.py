@@ -21,6 +21,10 @@ from zoo.train.state import TrainState
 NONFINITE_POLICIES = ("skip", "stop")
 
 
+class LossSpikeError(FloatingPointError):
+    """The loss-spike guard skipped config.train.loss_spike.max_in_a_row steps in a row."""
+
+
 def _rules(config: ml_collections.ConfigDict) -> tuple:
     return tuple((name, tuple(axes) if isinstance(axes, list) else axes)
                  for name, axes in config.mesh.rules)
@@ -82,9 +86,20 @@ def build(config: ml_collections.ConfigDict, workdir: str, devices=None) -> Setu
                  partitioning.batch_sharding(mesh, rules))
 
 
+def _spike_guard(config: ml_collections.ConfigDict) -> step.SpikeGuard | None:
+    spike = config.train.loss_spike
+    if not spike.factor:
+        return None
+    if spike.max_in_a_row < 1:
+        raise ValueError(f"config.train.loss_spike.max_in_a_row={spike.max_in_a_row} must be "
+                         ">= 1")
+    return step.SpikeGuard(spike.factor, spike.warmup_steps, spike.decay)
+
+
 def make_train_step(setup: Setup, config: ml_collections.ConfigDict):
     return jax.jit(
-        step.make_train_step(setup.task.loss_fn, setup.optimizer, config.train.grad_accum_steps),
+        step.make_train_step(setup.task.loss_fn, setup.optimizer, config.train.grad_accum_steps,
+                             _spike_guard(config)),
         in_shardings=(setup.state_sharding, setup.batch_sharding),
         out_shardings=(setup.state_sharding, None),
         donate_argnums=0,  # the old state's buffers are reused for the new one
@@ -202,6 +217,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
             print(f"baseline {name}: {value:.4g}", flush=True)
 
     history, summary, saved = [], {}, start
+    spikes_stop = train_cfg.loss_spike.max_in_a_row if train_cfg.loss_spike.factor else 0
     try:
         with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules), \
                 _Preemption() as preemption:
@@ -220,6 +236,16 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
                         f"last checkpoint, step {checkpointer.latest_step()}, is intact in "
                         f"{checkpointer.directory}. Lower config.optim.learning_rate, check the "
                         "data, or set config.train.nonfinite='skip' to skip such batches."
+                    )
+                if spikes_stop and float(step_metrics["spikes_in_a_row"]) >= spikes_stop:
+                    raise LossSpikeError(
+                        f"step {done}: the loss exceeded {train_cfg.loss_spike.factor} x its "
+                        f"running mean {float(state.loss_stats.mean):.4g} for {spikes_stop} steps "
+                        "in a row (their updates were skipped), so training stopped: the loss "
+                        "has moved, not spiked (divergence, or data unlike the earlier batches)."
+                        f" The last checkpoint, step {checkpointer.latest_step()}, is intact in "
+                        f"{checkpointer.directory}. Lower config.optim.learning_rate and resume, "
+                        "or raise config.train.loss_spike.factor / max_in_a_row."
                     )
                 if done % train_cfg.log_every == 0 or done == total:
                     report = _train_report(task, history, schedule, done)
@@ -352,13 +378,15 @@ def print_samples(task, params) -> None:
 
 def _train_report(task, history, schedule, done) -> dict[str, float]:
     sums = metrics_lib.sum_metrics(history)
-    applied = max(len(history) - sums["nonfinite"], 1.0)
-    grad_norm = sums.pop("grad_norm") / applied
-    skipped = sums.pop("nonfinite")
+    # Mean over the steps with a finite gradient (spikes included: their norm is real).
+    finite_steps = max(len(history) - sums["nonfinite"], 1.0)
+    grad_norm = sums.pop("grad_norm") / finite_steps
+    skipped, spikes = sums.pop("nonfinite"), sums.pop("loss_spike")
+    sums.pop("spikes_in_a_row")
     report = task.summarize(sums)
     # Throughput counts every input token a step processed (the unit of flops_per_token).
     report.update(grad_norm=grad_norm, lr=float(schedule(done)), skipped_steps=skipped,
-                  tokens=task.tokens_per_batch() * len(history))
+                  spike_skips=spikes, tokens=task.tokens_per_batch() * len(history))
     return report
 
 

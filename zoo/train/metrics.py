@@ -98,7 +98,7 @@ class Progress:
             filled = int(20 * step / max(self.total, 1))
             shown = " | ".join(
                 f"{k} {v:.4g}" for k, v in metrics.items()
-                if k in ("loss", "accuracy", "lr") or (k == "skipped_steps" and v)
+                if k in ("loss", "accuracy", "lr") or (k in ("skipped_steps", "spike_skips") and v)
             )
             mfu = f" | MFU {rates['mfu']:.1%}" if "mfu" in rates else ""
             print(

@@ -6,13 +6,14 @@ global batch, so neither sharding the batch nor accumulating it in micro-batches
 update: micro-batch gradients of the *sum* are added and divided once by the total weight.
 """
 
+import dataclasses
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from zoo.train.state import TrainState
+from zoo.train.state import LossStats, TrainState
 
 LossFn = Callable[..., dict[str, jax.Array]]
 
@@ -34,10 +35,47 @@ def _micro_batches(batch: dict[str, jax.Array], k: int) -> dict[str, jax.Array]:
     return jax.tree.map(split, batch)
 
 
+@dataclasses.dataclass(frozen=True)
+class SpikeGuard:
+    """Skips the update of a step whose loss exceeds `factor` x the running mean of the applied
+    steps' losses (an exponential moving average with `decay`), once `warmup_steps` steps have
+    run: a bad batch or an optimizer blow-up then costs one step instead of the run (PaLM
+    restarted from a checkpoint and skipped batches for the same spikes). The loop stops the run
+    after config.train.loss_spike.max_in_a_row such steps in a row: by then the loss has moved,
+    not spiked."""
+
+    factor: float
+    warmup_steps: int = 100
+    decay: float = 0.99
+
+    def __post_init__(self):
+        if self.factor <= 1.0:
+            raise ValueError(f"config.train.loss_spike.factor={self.factor} must be > 1 (a spike "
+                             "is a loss above factor x its running mean); 0 turns the guard off")
+        if not 0.0 < self.decay < 1.0:
+            raise ValueError(f"config.train.loss_spike.decay={self.decay} must be in (0, 1)")
+
+    def is_spike(self, loss: jax.Array, stats: LossStats, step: jax.Array) -> jax.Array:
+        judged = (step >= self.warmup_steps) & (stats.count > 0)
+        return judged & (loss > self.factor * stats.mean)
+
+
+def _track(stats: LossStats, loss, applied, spike, decay: float) -> LossStats:
+    # The first applied step starts the average at its loss rather than at the zero it holds.
+    mean = jnp.where(stats.count > 0, decay * stats.mean + (1.0 - decay) * loss, loss)
+    return LossStats(
+        mean=jnp.where(applied, mean, stats.mean).astype(jnp.float32),
+        count=stats.count + applied.astype(jnp.int32),
+        spikes_in_a_row=jnp.where(spike, stats.spikes_in_a_row + 1,
+                                  jnp.where(applied, 0, stats.spikes_in_a_row)),
+    )
+
+
 def make_train_step(
     loss_fn: LossFn,
     optimizer: optax.GradientTransformation,
     grad_accum_steps: int = 1,
+    spike_guard: SpikeGuard | None = None,
 ):
     """Builds train_step(state, batch) -> (state, metrics).
 
@@ -45,9 +83,12 @@ def make_train_step(
       grad_accum_steps: split the global batch into this many micro-batches run sequentially
         (lax.scan), so activations for only B/k rows are live at once.
 
+          spike_guard: also skip the update when the loss spikes (see SpikeGuard); None = off.
+
     When the loss or any gradient is NaN/Inf the update is not applied (params and optimizer
     state stay as they were) and metrics['nonfinite'] is 1; whether training then carries on
-    or stops is the loop's policy (config.train.nonfinite).
+    or stops is the loop's policy (config.train.nonfinite). A spike skipped by the guard sets
+    metrics['loss_spike'] to 1 and metrics['spikes_in_a_row'] counts them.
     """
     if grad_accum_steps < 1:
         raise ValueError(f"config.train.grad_accum_steps must be >= 1, got {grad_accum_steps}")
@@ -83,20 +124,30 @@ def make_train_step(
         grads = jax.tree.map(lambda g: g / denominator, grads)
         grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(sums["loss_sum"]) & jnp.isfinite(grad_norm)
+        loss = sums["loss_sum"] / denominator
+        stats = state.loss_stats
+        spike = (finite & spike_guard.is_spike(loss, stats, state.step) if spike_guard
+                 else jnp.zeros((), bool))
+        apply = finite & ~spike
 
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         # A NaN batch must not poison the params or the Adam moments: keep the old ones.
-        keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(finite, n, o), new, old)  # noqa: E731
+        keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(apply, n, o), new, old)  # noqa: E731
         new_state = state.replace(
             step=state.step + 1,
             params=keep(params, state.params),
             opt_state=keep(opt_state, state.opt_state),
+            loss_stats=_track(stats, loss, apply, spike,
+                              spike_guard.decay if spike_guard else SpikeGuard.decay),
         )
-        metrics = dict(sums, grad_norm=grad_norm, nonfinite=1.0 - finite.astype(jnp.float32))
-        # A skipped batch's sums (NaN) are left out of the reported means; it is counted in
-        # 'nonfinite' instead.
-        metrics = {k: (v if k == "nonfinite" else jnp.where(finite, v, 0.0))
+        metrics = dict(sums, grad_norm=grad_norm, nonfinite=1.0 - finite.astype(jnp.float32),
+                       loss_spike=spike.astype(jnp.float32),
+                       spikes_in_a_row=new_state.loss_stats.spikes_in_a_row.astype(jnp.float32))
+        # A NaN batch's sums are left out of the reported means; it is counted in 'nonfinite'
+        # instead. A spike's loss is real and stays in them (it is what the log should show).
+        counters = ("nonfinite", "loss_spike", "spikes_in_a_row")
+        metrics = {k: (v if k in counters else jnp.where(finite, v, 0.0))
                    for k, v in metrics.items()}
         return new_state, metrics
 
