@@ -11,7 +11,7 @@ import pytest
 
 from configs import bert_pretrain as bert_pretrain_config
 from configs import gpt as gpt_config
-from zoo.train import loop
+from zoo.train import dry_run, loop
 from zoo.train.checkpoint import Checkpointer, MissingParamsError
 
 
@@ -20,13 +20,19 @@ def _batches(setup, n):
     return [next(it) for _ in range(n)]
 
 
-def _train(config, workdir, devices, batches):
+def _train(config, workdir, devices, batches, compiled_out=None):
+    """Trains on `batches`; with `compiled_out` (a list), appends the compiled step so the
+    caller can read XLA's memory analysis of the program that ran."""
     setup = loop.build(config, workdir, devices=devices)
     train_step = loop.make_train_step(setup, config)
     state, losses = setup.state, []
     with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
-        for b in batches:
-            state, m = train_step(state, loop._to_global(b, setup.batch_sharding))
+        global_batches = [loop._to_global(b, setup.batch_sharding) for b in batches]
+        if compiled_out is not None:
+            train_step = train_step.lower(state, global_batches[0]).compile()
+            compiled_out.append(train_step)
+        for b in global_batches:
+            state, m = train_step(state, b)
             losses.append(float(m["loss_sum"]) / float(m["weight_sum"]))
     return setup, state, losses
 
@@ -63,7 +69,8 @@ def test_sharded_train_steps_equal_single_device(single_device_run, data, fsdp, 
     config = config.copy_and_resolve_references()
     config.mesh.update(data=data, fsdp=fsdp, tensor=tensor)
     devices = jax.devices()[: data * fsdp * tensor]
-    setup, state, sharded_losses = _train(config, workdir, devices, batches)
+    compiled = []
+    setup, state, sharded_losses = _train(config, workdir, devices, batches, compiled)
     np.testing.assert_allclose(sharded_losses, losses, rtol=2e-5)
     for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(params)):
         np.testing.assert_allclose(np.asarray(a), b, rtol=1e-4, atol=1e-6)
@@ -71,6 +78,28 @@ def test_sharded_train_steps_equal_single_device(single_device_run, data, fsdp, 
     if fsdp * tensor > 1:
         assert any(len({str(s.index) for s in x.addressable_shards}) > 1
                    for x in jax.tree.leaves(state.params))
+    _assert_dry_run_matches_compiled_memory(config, workdir, devices, compiled[0], batches[0])
+
+
+def _assert_dry_run_matches_compiled_memory(config, workdir, devices, compiled, batch):
+    """The dry run (shapes only) against XLA's per-device memory for the step that ran: the
+    state it shards must be the program's arguments to the byte (besides the batch), and its
+    total within the band that its analytic activation model reaches on CPU."""
+    figures = dry_run.report(config, workdir, devices)
+    memory = compiled.memory_analysis()
+    batch_bytes = sum(x.nbytes for x in batch.values()) / (config.mesh.data * config.mesh.fsdp)
+    state_bytes = figures["param_bytes_per_device"] + figures["optimizer_bytes_per_device"]
+    scalars = 64  # step, rng key, loss statistics: a few replicated scalars
+    assert memory.argument_size_in_bytes - batch_bytes == pytest.approx(state_bytes, abs=scalars)
+    # Live at the peak: arguments + temporaries + outputs, less outputs written in place of
+    # donated arguments (the new state reuses the old one's buffers).
+    measured = (memory.argument_size_in_bytes + memory.temp_size_in_bytes
+                + memory.output_size_in_bytes - memory.alias_size_in_bytes)
+    # FSDP also holds gathered weights while computing; the dry run leaves them out (how many
+    # layers' worth depends on XLA's schedule: one at a time under scan_layers), so an
+    # FSDP-only layout of these tiny models reads low.
+    low = 0.5 if config.mesh.fsdp > 1 and config.mesh.tensor == 1 else 0.75
+    assert low <= figures["total_bytes_per_device"] / measured <= 1.2, (figures, measured)
 
 
 def test_checkpoint_restores_onto_other_meshes(tiny_lm_config, tmp_path):

@@ -118,7 +118,8 @@ class PretrainingTask(Task):
             cfg.num_layers, cfg.intermediate_size, jnp.dtype(cfg.dtype).itemsize, cfg.remat,
             tensor_parallel)
         predictions = per_device_batch * self.config.data.max_predictions_per_seq
-        return stack + 2 * predictions * cfg.vocab_size * 4 / tensor_parallel
+        # float32 logits, log-softmax and the logits' gradient at the masked positions
+        return stack + 3 * predictions * cfg.vocab_size * 4 / tensor_parallel
 
     def baselines(self) -> dict[str, float]:
         """Accuracy of always answering the most frequent label of the eval set: what a model

@@ -39,6 +39,9 @@ def transformer_activation_bytes(batch: int, seq_len: int, hidden: int, heads: i
     total = per_token * layers
     if remat == "full":  # plus the one layer being recomputed
         total += full_layer
+    # The backward pass of a layer holds the gradients of its activations (as large as the
+    # activations themselves) while the stored ones are still live.
+    total += full_layer
     return float(batch * seq_len * total * dtype_bytes)
 
 
@@ -83,8 +86,9 @@ def report(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dic
                                                              mesh.shape["tensor"]),
         "flops_per_step": task.flops_per_token() * task.tokens_per_batch(),
     }
-    # Gradients live as long as the params during the update.
-    figures["total_bytes_per_device"] = (2 * figures["param_bytes_per_device"]
+    # During the update the gradients and the optimizer's update (each param-sized) are live
+    # beside the params.
+    figures["total_bytes_per_device"] = (3 * figures["param_bytes_per_device"]
                                          + figures["optimizer_bytes_per_device"]
                                          + figures["activation_bytes_per_device"])
     if jax.process_index() == 0:
@@ -92,7 +96,8 @@ def report(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dic
         print(f"dry run: {config.task} on mesh {dict(mesh.shape)} ({mesh.size} devices)")
         print(f"  parameters          {figures['params']:,.0f}")
         print(f"  per device: params  {figures['param_bytes_per_device'] / gib:.3f} GiB, "
-              f"grads {figures['param_bytes_per_device'] / gib:.3f} GiB, optimizer "
+              f"grads {figures['param_bytes_per_device'] / gib:.3f} GiB, update "
+              f"{figures['param_bytes_per_device'] / gib:.3f} GiB, optimizer "
               f"{figures['optimizer_bytes_per_device'] / gib:.3f} GiB, activations "
               f"{figures['activation_bytes_per_device'] / gib:.3f} GiB "
               f"(micro-batch {per_device_batch} rows)")
