@@ -1,5 +1,7 @@
 """What train.py and eval.py share: the --config/--workdir flags and multi-host start-up."""
 
+import re
+import sys
 from collections.abc import Callable
 
 import ml_collections
@@ -16,6 +18,25 @@ config_flags.DEFINE_config_file(
 flags.mark_flags_as_required(["config", "workdir"])
 
 
+def _parse_flags(argv: list[str]) -> list[str]:
+    """absl's parsing, with an unknown --config.key reported in one line: ml_collections raises
+    a bare AttributeError from deep inside the override, which absl would print as a traceback
+    ending in an escaped message."""
+    try:
+        return flags.FLAGS(argv)
+    except AttributeError as e:
+        overrides = [a.split("=")[0].lstrip("-") for a in argv[1:] if a.startswith("--config.")]
+        # ml_collections names the unknown last part of the key, and the nearest known one.
+        unknown = re.search(r"'(\w+)'", str(e))
+        key = next((k for k in overrides if unknown and k.endswith("." + unknown.group(1))),
+                   overrides[0] if overrides else "?")
+        guess = re.search(r'Did you mean "(\w+)"', str(e))
+        hint = f"; did you mean {key.rsplit('.', 1)[0]}.{guess.group(1)}?" if guess else ""
+        print(f"FATAL Flags parsing error: unknown config key {key}{hint} (the keys are those "
+              "the --config file defines)", file=sys.stderr)
+        sys.exit(1)
+
+
 def run(job: Callable[[ml_collections.ConfigDict, str], object]) -> None:
     """Parses flags and calls job(config, workdir) on every process."""
 
@@ -27,4 +48,4 @@ def run(job: Callable[[ml_collections.ConfigDict, str], object]) -> None:
         distributed.initialize()
         job(flags.FLAGS.config, _WORKDIR.value)
 
-    app.run(main)
+    app.run(main, flags_parser=_parse_flags)

@@ -69,7 +69,8 @@ def _resolve_columns(path: str, line: int, found: Sequence[str], text_a: str, te
     if text_a:
         if text_a not in found:
             raise ValueError(f"{path}:{line}: no {what} {text_a!r} (text_a); the {what}s found "
-                             f"are {listed}; pass the name of the first text's {what}")
+                             f"are {listed}; pass the name of the first text's {what} as text_a "
+                             "(config.data.text_a)")
     else:
         present = [c for c in TEXT_A_COLUMNS if c in found]
         if not present:
@@ -77,15 +78,15 @@ def _resolve_columns(path: str, line: int, found: Sequence[str], text_a: str, te
                     if what == "column" else "")
             raise ValueError(f"{path}:{line}: none of the {what}s {', '.join(TEXT_A_COLUMNS)} "
                              f"is present{hint}; the {what}s found are {listed}; name the first "
-                             "text's with text_a")
+                             "text's with text_a (config.data.text_a)")
         text_a = present[0]
     if text_b.lower() == _NO_TEXT_B:
         text_b = ""
     elif text_b:
         if text_b not in found:
             raise ValueError(f"{path}:{line}: no {what} {text_b!r} (text_b); the {what}s found "
-                             f"are {listed}; pass the second text's {what}, or text_b='none' for "
-                             "single-sentence tasks")
+                             f"are {listed}; pass the second text's {what} as text_b "
+                             "(config.data.text_b), or text_b='none' for single-sentence tasks")
     else:
         text_b = next((c for c in TEXT_B_COLUMNS if c in found and c != text_a), "")
         others = [c for c in TEXT_A_COLUMNS if c in found and c != text_a]
@@ -99,8 +100,8 @@ def _resolve_columns(path: str, line: int, found: Sequence[str], text_a: str, te
     if label not in found:
         if require_labels:
             raise ValueError(f"{path}:{line}: no label {what} {label!r}; the {what}s found are "
-                             f"{listed}; name the label's {what} with label (an unlabelled test "
-                             "file needs require_labels=False)")
+                             f"{listed}; name the label's {what} with label (config.data.label; "
+                             "an unlabelled test file needs require_labels=False)")
         label = ""
     return text_a, text_b, label
 

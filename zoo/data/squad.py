@@ -92,7 +92,9 @@ def read_squad_json(path: str | os.PathLike) -> list[dict]:
         raise ValueError(f"{path}: invalid UTF-8 byte 0x{raw[e.start]:02x} at byte {e.start}; "
                          "SQuAD files are UTF-8 JSON") from None
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{e.lineno}:{e.colno}: malformed JSON: {e.msg}") from None
+        raise ValueError(f"{path}:{e.lineno}:{e.colno}: malformed JSON: {e.msg}; a SQuAD file is "
+                         "one JSON object in the official format (fix the file there, or "
+                         "re-export it)") from None
     return _checked(_json_examples(dataset, path), path)
 
 
@@ -245,7 +247,9 @@ def _checked(examples: Iterable[tuple[str, dict]], source: str) -> list[dict]:
                          else "")
     if not out:
         raise ValueError(f"{source}: no usable questions ({total} read, "
-                         f"{len(misaligned) + len(empty_context)} skipped)")
+                         f"{len(misaligned) + len(empty_context)} skipped: the warnings above name "
+                         "them); each needs a non-empty context and answers whose answer_start is "
+                         "the character offset of their text in it")
     return out
 
 

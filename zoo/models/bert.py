@@ -18,6 +18,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from zoo.models import config_checks
 from zoo.nn import masks
 from zoo.nn.embeddings import Embed, LearnedPositionalEmbedding
 from zoo.nn.feedforward import get_activation
@@ -169,6 +170,10 @@ class BertEmbeddings(nn.Module):
                 f"BertEmbeddings: token_type_ids shape {token_type_ids.shape} must equal "
                 f"input_ids shape {input_ids.shape}"
             )
+        config_checks.check_length(
+            "BERT", input_ids.shape[1], self.config.max_position_embeddings,
+            "BertConfig.max_position_embeddings",
+            "config.model.max_position_embeddings, or the init_from checkpoint's")
         x = self.word_embeddings(input_ids) + self.token_type_embeddings(token_type_ids)
         x = self.position_embeddings(x, positions)  # (B, T, H)
         x = self.dropout(self.norm(x), deterministic=deterministic)

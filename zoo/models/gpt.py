@@ -10,6 +10,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from zoo.models import config_checks
 from zoo.nn import masks
 from zoo.nn.embeddings import Embed, LearnedPositionalEmbedding
 from zoo.nn.transformer import TransformerDecoder
@@ -71,6 +72,8 @@ class GPT(nn.Module):
         ln_f (what the output layer reads).
         """
         cfg = self.config
+        config_checks.check_length("GPT", tokens.shape[1], cfg.max_len, "GPTConfig.max_len",
+                                   "config.data.seq_len, or the init_from checkpoint's")
         dtype, param_dtype = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
         wte = Embed(cfg.vocab_size, cfg.embed_dim, dtype=dtype, param_dtype=param_dtype,
                     name="wte")

@@ -21,11 +21,37 @@ _RUNTIME_FIELDS = ("dropout_rate", "attention_dropout_rate", "backend", "scan_la
 
 
 def pretrained_directory(config: ml_collections.ConfigDict) -> str | None:
-    """config.train.init_from when it is a pretrained checkpoint directory (not a zoo workdir)."""
+    """config.train.init_from when it is a pretrained checkpoint directory (not a zoo workdir);
+    an error naming it when its config.json is another model family's."""
     path = config.train.get("init_from", "")
-    if path and any(os.path.isfile(os.path.join(path, f)) for f in PRETRAINED_CONFIG_FILES):
-        return path
-    return None
+    if not path or not any(os.path.isfile(os.path.join(path, f)) for f in PRETRAINED_CONFIG_FILES):
+        return None
+    name = next(f for f in PRETRAINED_CONFIG_FILES if os.path.isfile(os.path.join(path, f)))
+    model_type = read_pretrained_config(os.path.join(path, name)).get("model_type", "bert")
+    if model_type != "bert":
+        raise ValueError(
+            f"config.train.init_from={path!r} is not a checkpoint of this model: its "
+            f"{name} says model_type={model_type!r}, and this task fine-tunes BERT; point "
+            "init_from at a BERT checkpoint (a Hugging Face BERT directory, a google-research/"
+            "bert one with bert_config.json, or a zoo BERT run)")
+    return path
+
+
+def read_pretrained_config(path: str) -> dict:
+    """A checkpoint's config.json / bert_config.json as a dict; a malformed one is an error
+    naming the file."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            hf_config = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a readable JSON checkpoint config ({e}); restore the file "
+                         "from the checkpoint's release") from None
+    if not isinstance(hf_config, dict):
+        # A bad file, not a bad argument: ValueError like every other input error.
+        raise ValueError(  # noqa: TRY004
+            f"{path}: a checkpoint config must be a JSON object, found "
+            f"{type(hf_config).__name__}")
+    return hf_config
 
 
 def tokenizer(config: ml_collections.ConfigDict, cache_dir: str, texts) -> tokenizers.Tokenizer:
@@ -56,8 +82,7 @@ def encoder_config(config: ml_collections.ConfigDict, vocab_size: int) -> bert.B
             **model_kw)
     name = next(f for f in PRETRAINED_CONFIG_FILES if os.path.isfile(os.path.join(directory, f)))
     path = os.path.join(directory, name)
-    with open(path, encoding="utf-8") as f:
-        hf_config = json.load(f)
+    hf_config = read_pretrained_config(path)
     result = bert_convert.config_from_hf(
         hf_config, **{k: model_kw[k] for k in _RUNTIME_FIELDS if k in model_kw})
     if result.vocab_size != vocab_size:

@@ -26,7 +26,6 @@ checkpoint fills the `gpt` subtree; the tokenizer is the one that run trained, f
 GPT starts from scratch: the paper's "no pre-training" ablation.
 """
 
-import json
 import logging
 import os
 
@@ -37,6 +36,7 @@ import numpy as np
 from zoo.convert import gpt2 as gpt2_convert
 from zoo.data import classification, multiple_choice, tokenizers
 from zoo.models import gpt, gpt_classifier
+from zoo.tasks import bert_encoder
 from zoo.tasks.base import Batch, Task, write_once
 from zoo.tasks.classification import load_examples, score_and_write_predictions
 from zoo.train.losses import cross_entropy_sums
@@ -235,10 +235,22 @@ class GPTClassificationTask(Task):
         init_from = config.train.get("init_from", "")
         model_kw = {k: v for k, v in config.model.to_dict().items() if k != "size"}
         runtime = {k: model_kw[k] for k in _RUNTIME_FIELDS if k in model_kw}
+        if init_from and os.path.isfile(os.path.join(init_from, "bert_config.json")):
+            raise ValueError(
+                f"config.train.init_from={init_from!r} is not a checkpoint of this model: it is a "
+                "google-research/bert checkpoint (bert_config.json), and this task fine-tunes "
+                "GPT; point init_from at a zoo GPT run or a Hugging Face GPT-2 directory "
+                "(configs/classify.py fine-tunes BERT)")
         if _is_pretrained_directory(init_from):
             path = os.path.join(init_from, "config.json")
-            with open(path, encoding="utf-8") as f:
-                hf_config = json.load(f)
+            hf_config = bert_encoder.read_pretrained_config(path)
+            model_type = hf_config.get("model_type", "gpt2")
+            if model_type != "gpt2":
+                raise ValueError(
+                    f"config.train.init_from={init_from!r} is not a checkpoint of this model: "
+                    f"its config.json says model_type={model_type!r}, and this task fine-tunes "
+                    "GPT; point init_from at a zoo GPT run or a Hugging Face GPT-2 directory"
+                    + (" (configs/classify.py fine-tunes BERT)" if model_type == "bert" else ""))
             # zoo.hf.load_pretrained (which fills the `gpt` subtree) builds unscanned layers.
             model_config = gpt2_convert.config_from_hf(hf_config, scan_layers=False, **runtime)
             tokenizer = tokenizers.load_tokenizer(data.tokenizer or init_from)
