@@ -25,13 +25,17 @@ _LONG_MODULES = (
     "tests/test_bert_pretraining.py",
     "tests/test_gpt_finetune.py",
     "tests/benchmarks/test_step.py",
+    "tests/train/test_multihost.py",
     "tests/test_classification_finetune.py",
+    "tests/train/test_faults.py",
+    "tests/train/test_checkpoint_restore.py",
     "tests/test_gpt_job.py",
     "tests/train/test_resume.py",
     "tests/test_squad_finetune.py",
     "tests/test_rnnlm_task.py",
     "tests/test_nnlm_task.py",
     "tests/test_word2vec.py",
+    "tests/test_bad_inputs.py",
 )
 
 
