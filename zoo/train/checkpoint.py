@@ -4,6 +4,7 @@ Saves are asynchronous (the next steps run while the previous state is written);
 a step directory atomically, so a crash mid-save leaves the previous checkpoint as the latest.
 """
 
+import dataclasses
 import json
 import os
 import shutil
@@ -120,6 +121,10 @@ class Checkpointer:
                 max_to_keep=max_to_keep, enable_async_checkpointing=async_save, create=True,
                 best_fn=(lambda m: m[best_metric]) if best_metric else None,
                 best_mode=best_mode,
+                # Orbax names its cross-process barriers by step; without a prefix, the best and
+                # the latest checkpointer saving the same step would share (and break) them.
+                multiprocessing_options=ocp.options.MultiprocessingOptions(
+                    barrier_sync_key_prefix=subdir),
                 # Checksums go in before the commit, so they appear with the files they cover.
                 async_options=ocp.AsyncOptions(post_finalization_callback=lambda: (
                     checksums.write_newest_pending(self.directory))) if async_save else None,
@@ -252,7 +257,7 @@ class Checkpointer:
         if found:
             raise _Unreadable(f"{len(found)} file(s) damaged since they were written: "
                               f"{', '.join(found[:3])}")
-        self._check_fits(step, abstract.params)
+        self._check_fits(step, abstract)
         try:
             state = self._manager.restore(
                 step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))["state"]
@@ -262,22 +267,35 @@ class Checkpointer:
             _restore_iterator(os.path.join(directory, "data"), data_iterator)
         return state
 
+    def _saved_tree(self, step: int) -> dict:
+        """The train state saved at `step` as a tree of array metadata (no array is read)."""
+        return ocp.StandardCheckpointHandler().metadata(
+            epath.Path(self._step_directory(step)) / "state").tree
+
     def _saved_param_shapes(self, step: int) -> dict[str, tuple]:
         """{keystr path: shape} of the params saved at `step`, from the metadata alone."""
-        metadata = ocp.StandardCheckpointHandler().metadata(
-            epath.Path(self._step_directory(step)) / "state")
-        return _shapes(metadata.tree["params"])
+        return _shapes(self._saved_tree(step)["params"])
 
-    def _check_fits(self, step: int, target_params) -> None:
-        """CheckpointMismatchError unless the saved params have `target_params`' names and
-        shapes (read from the checkpoint's metadata, no array is loaded)."""
+    def _check_fits(self, step: int, target) -> None:
+        """CheckpointMismatchError unless the saved train state has `target`'s fields and its
+        params have target.params' names and shapes (from the metadata: no array is read)."""
         from zoo.models import config_checks  # which config key shapes which parameter
 
         try:
-            saved = self._saved_param_shapes(step)
+            tree = self._saved_tree(step)
+            saved = _shapes(tree["params"])
         except Exception as e:  # an unparsable or missing _METADATA file
             raise _Unreadable(f"its metadata cannot be read ({first_line(e)})") from e
-        wanted = _shapes(target_params)
+        fields = sorted(f.name for f in dataclasses.fields(target))
+        if sorted(tree) != fields:
+            workdir = os.path.dirname(self.directory)
+            raise CheckpointMismatchError(
+                f"checkpoint step {step} in {self.directory} holds a train state with the fields "
+                f"{sorted(tree)}, and this version of zoo keeps {fields}: another version wrote "
+                "it. Resume it with that version, or start a new --workdir with "
+                f"--config.train.init_from={workdir} (its params carry over; the optimizer "
+                "starts afresh)")
+        wanted = _shapes(target.params)
         if saved == wanted:
             return
         only_saved, only_wanted = sorted(saved.keys() - wanted), sorted(wanted.keys() - saved)
