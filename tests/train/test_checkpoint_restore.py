@@ -6,8 +6,6 @@ saved by another process count is re-sharded only when it is global."""
 import glob
 import json
 import os
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +13,7 @@ import numpy as np
 import optax
 import pytest
 
+from tests.train import gpt_process
 from zoo.train import checksums
 from zoo.train.checkpoint import (
     Checkpointer,
@@ -24,8 +23,6 @@ from zoo.train.checkpoint import (
     _restore_iterator,
 )
 from zoo.train.state import TrainState
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _state(offset=0.0, width=32):
@@ -148,6 +145,19 @@ def test_checkpoint_of_another_model_is_refused_not_skipped(tmp_path):
     assert _tree(workdir) == before  # the older step was not tried, nothing was moved
 
 
+def test_a_train_state_from_another_zoo_version_is_named(tmp_path):
+    old = _state(2.0)
+    # The train state before it kept loss statistics: the same arrays, one field fewer.
+    saver = Checkpointer(str(tmp_path))
+    saver.save(2, {"step": old.step, "params": old.params, "opt_state": old.opt_state,
+                   "rng": old.rng})
+    saver.close()
+    with pytest.raises(CheckpointMismatchError,
+                       match=r"fields \['opt_state', 'params', 'rng', 'step'\], and this version "
+                             r"of zoo keeps \['loss_stats', .*--config\.train\.init_from="):
+        Checkpointer(str(tmp_path)).restore(_state(), quarantine=True)
+
+
 class _Position:
     def __init__(self):
         self.state = None
@@ -182,37 +192,13 @@ def test_per_process_data_positions_cannot_be_resharded(tmp_path):
 STEPS, EVERY = 60, 20
 
 
-def _command(workdir, steps):
-    return [
-        sys.executable, os.path.join(ROOT, "train.py"), "--config=configs/gpt.py:size=tiny",
-        f"--workdir={workdir}", "--config.data.seq_len=16", "--config.data.batch_size=8",
-        "--config.data.vocab_size=128", f"--config.train.steps={steps}",
-        "--config.train.log_every=1", "--config.train.eval_every=100000",
-        f"--config.train.checkpoint_every={EVERY}", "--config.train.tensorboard=false",
-        "--config.train.best_metric=",
-    ]
-
-
-def _train(workdir, steps):
-    proc = subprocess.run(_command(workdir, steps), cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env=dict(os.environ, JAX_PLATFORMS="cpu",
-                                                XLA_FLAGS="--xla_force_host_platform_device_count=1"))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
-
-
-def _losses(workdir):
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        return {r["step"]: r["loss"] for r in map(json.loads, f) if r["split"] == "train"}
-
-
 def test_a_run_resumes_from_the_checkpoint_before_a_corrupted_one(tmp_path):
     uninterrupted, workdir = str(tmp_path / "uninterrupted"), str(tmp_path / "run")
-    _train(uninterrupted, STEPS)
-    _train(workdir, 2 * EVERY)
+    gpt_process.run(uninterrupted, STEPS, EVERY)
+    gpt_process.run(workdir, 2 * EVERY, EVERY)
     _flip_bytes(_largest_array_file(workdir, 2 * EVERY))
-    out = _train(workdir, STEPS)
+    out = gpt_process.run(workdir, STEPS, EVERY).stdout
     assert f"checkpoint step {2 * EVERY} in {workdir}/checkpoints is unreadable" in out
     assert f"starting at step {EVERY} of {STEPS}" in out
     assert os.path.isdir(os.path.join(workdir, "checkpoints_corrupt", str(2 * EVERY)))
-    assert _losses(workdir) == _losses(uninterrupted)  # exact, every step
+    gpt_process.assert_identical_runs(workdir, uninterrupted, STEPS)

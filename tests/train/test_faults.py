@@ -3,68 +3,32 @@ full disk leave the last complete checkpoint in charge, and resuming from it equ
 stopped, bit for bit. Faults are injected by tests/train/fault_launcher.py, never by zoo/."""
 
 import errno
-import json
 import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from tests.train import gpt_process
 from zoo.train import checkpoint as checkpoint_lib
 from zoo.train.checkpoint import Checkpointer, CheckpointWriteError
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-LAUNCHER = os.path.join(ROOT, "tests", "train", "fault_launcher.py")
+LAUNCHER = os.path.join(gpt_process.ROOT, "tests", "train", "fault_launcher.py")
 STEPS, EVERY, FAULT_STEP = 200, 50, 100
 HANG_MARKER = "fault_hanging"  # fault_launcher.HANG_MARKER
 
 
-def _command(workdir, fault=None):
-    script = [LAUNCHER, f"--fault={fault}"] if fault else [os.path.join(ROOT, "train.py")]
-    return [
-        sys.executable, *script, "--config=configs/gpt.py:size=tiny", f"--workdir={workdir}",
-        "--config.data.seq_len=16", "--config.data.batch_size=8", "--config.data.vocab_size=128",
-        f"--config.train.steps={STEPS}", "--config.train.log_every=1",
-        "--config.train.eval_every=100000", f"--config.train.checkpoint_every={EVERY}",
-        "--config.train.keep_checkpoints=3", "--config.train.tensorboard=false",
-        "--config.train.best_metric=",
-    ]
-
-
-def _env():
-    # One device per process: the point here is process death, not sharding.
-    return dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
-
-
-def _run(workdir, fault=None):
-    return subprocess.run(_command(workdir, fault), cwd=ROOT, env=_env(), capture_output=True,
-                          text=True, timeout=600, check=False)
+def _script(fault):
+    return [LAUNCHER, f"--fault={fault}"]
 
 
 def _run_to_end(workdir):
-    proc = _run(workdir)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
-
-
-def _logged_steps(workdir):
-    path = os.path.join(workdir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.endswith("\n")]
-
-
-def _losses_by_step(workdir):
-    # A step logged twice (before the fault and again after resuming) keeps its last value.
-    return {r["step"]: r["loss"] for r in _logged_steps(workdir) if r["split"] == "train"}
+    return gpt_process.run(workdir, STEPS, EVERY)
 
 
 def _committed_steps(workdir):
@@ -81,25 +45,8 @@ def _partial_dirs(workdir):
                   if ".orbax-checkpoint-tmp" in n)
 
 
-def _saved_state(workdir, step):
-    manager = ocp.CheckpointManager(os.path.join(workdir, "checkpoints"))
-    restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
-    manager.close()
-    return restored["state"]
-
-
-def _assert_same_state(a, b):
-    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
-        if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-            x, y = jax.random.key_data(x), jax.random.key_data(y)
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-
-
 def _assert_identical_runs(resumed, uninterrupted):
-    expected, got = _losses_by_step(uninterrupted), _losses_by_step(resumed)
-    assert sorted(got) == list(range(1, STEPS + 1))
-    assert got == expected  # exact float equality, every step
-    _assert_same_state(_saved_state(resumed, STEPS), _saved_state(uninterrupted, STEPS))
+    gpt_process.assert_identical_runs(resumed, uninterrupted, STEPS)
 
 
 @pytest.fixture(scope="module")
@@ -117,8 +64,9 @@ def test_sigkill_during_async_save_resumes_from_last_complete_checkpoint(uninter
     # Files, not pipes: a process blocked on a full pipe would never reach the save.
     log = tmp_path / "hung.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen(_command(workdir, f"hang_commit:{FAULT_STEP}"), cwd=ROOT,
-                                env=_env(), stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            gpt_process.command(workdir, STEPS, EVERY, _script(f"hang_commit:{FAULT_STEP}")),
+            cwd=gpt_process.ROOT, env=gpt_process.env(), stdout=out, stderr=subprocess.STDOUT)
     deadline = time.time() + 300
     while not os.path.exists(os.path.join(workdir, HANG_MARKER)):
         assert proc.poll() is None, log.read_text()[-3000:]
@@ -139,7 +87,7 @@ def test_sigkill_during_async_save_resumes_from_last_complete_checkpoint(uninter
     proc.wait(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     assert_mid_save()  # what the restart finds
-    killed_at = _logged_steps(workdir)[-1]["step"]
+    killed_at = gpt_process.logged_steps(workdir)[-1]["step"]
     assert FAULT_STEP <= killed_at < STEPS
 
     restarted = _run_to_end(workdir)
@@ -147,19 +95,20 @@ def test_sigkill_during_async_save_resumes_from_last_complete_checkpoint(uninter
     # Step 100 was saved again over the partial directory, and equals the uninterrupted save.
     assert _partial_dirs(workdir) == []
     assert _committed_steps(workdir) == [100, 150, 200]
-    _assert_same_state(_saved_state(workdir, FAULT_STEP),
-                       _saved_state(uninterrupted, FAULT_STEP))
+    gpt_process.assert_same_state(gpt_process.saved_state(workdir, FAULT_STEP),
+                       gpt_process.saved_state(uninterrupted, FAULT_STEP))
     _assert_identical_runs(workdir, uninterrupted)
 
 
 def test_full_disk_mid_write_reports_clearly_and_resumes_identically(uninterrupted, tmp_path):
     workdir = str(tmp_path)
     directory = os.path.join(workdir, "checkpoints")
-    failed = _run(workdir, f"file_limit:{FAULT_STEP}")
+    failed = gpt_process.run(workdir, STEPS, EVERY, _script(f"file_limit:{FAULT_STEP}"),
+                             check=False)
     assert failed.returncode == 1, failed.stderr[-3000:]
     # The async write of step 100 failed in the background; the error surfaced at the next
     # save (step 150), naming the step that failed, not the one being saved.
-    assert _logged_steps(workdir)[-1]["step"] == FAULT_STEP + EVERY
+    assert gpt_process.logged_steps(workdir)[-1]["step"] == FAULT_STEP + EVERY
     last_line = failed.stderr.strip().splitlines()[-1]
     assert last_line.startswith("zoo.train.checkpoint_failures.CheckpointWriteError: could not write "
                                 f"checkpoint step {FAULT_STEP} to {directory}: "), last_line
@@ -213,7 +162,7 @@ def test_enospc_in_background_write_surfaces_at_close_with_the_failed_step(tmp_p
     assert sorted(os.listdir(checkpointer.directory)) == ["1"]  # partial step 2 removed
     restored = Checkpointer(str(tmp_path))
     assert restored.latest_step() == 1
-    np.testing.assert_array_equal(_saved_state(str(tmp_path), 1)["w"], _small_state(1)["w"])
+    np.testing.assert_array_equal(gpt_process.saved_state(str(tmp_path), 1)["w"], _small_state(1)["w"])
     restored.close()
 
 
