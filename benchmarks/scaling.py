@@ -41,6 +41,7 @@ import jax.numpy as jnp
 
 from benchmarks import machine, scaling_plots
 from benchmarks import scaling_analysis as analysis
+from zoo import errors
 from zoo.nn.attention import MultiHeadAttention
 from zoo.nn.recurrent import RNN
 from zoo.nn.transformer import EncoderLayer
@@ -426,4 +427,5 @@ def main(argv: Sequence[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    with errors.reported("benchmarks.scaling"):
+        main()

@@ -34,7 +34,6 @@ run into the results already there (a preset split over commands with a time lim
 import argparse
 import dataclasses
 import os
-import sys
 import time
 import types
 from typing import Any
@@ -48,6 +47,8 @@ import numpy as np
 from benchmarks import machine, peers, step_report
 from configs import bert_pretrain
 from configs import gpt as gpt_job
+from zoo import errors
+from zoo.errors import ConfigError
 from zoo.models import bert
 from zoo.nn.recurrent import RNN
 from zoo.tasks import lm, mlm_nsp
@@ -115,9 +116,9 @@ def job_config(model: str, size: str, seq_len: int, batch: int, dtype: str
     """The job config train.py would run for `model` at `size`, with the benchmark's batch
     shape and compute dtype (the optimizer, dropout, layer scan and mesh stay the job's)."""
     if model not in SIZES:
-        raise ValueError(f"--models: unknown model {model!r}; choose from {list(SIZES)}")
+        raise ConfigError(f"--models: unknown model {model!r}; choose from {list(SIZES)}")
     if size not in SIZES[model]:
-        raise ValueError(f"--sizes: {model} has no size {size!r}; it has {list(SIZES[model])}")
+        raise ConfigError(f"--sizes: {model} has no size {size!r}; it has {list(SIZES[model])}")
     spec = SIZES[model][size]
     if model == "bert":
         config = bert_pretrain.get_config(f"size={spec.variant}")
@@ -330,9 +331,9 @@ def _ints(text: str, flag: str) -> tuple[int, ...]:
     try:
         values = tuple(int(v) for v in text.split(",") if v)
     except ValueError:
-        raise ValueError(f"{flag}={text!r} must be comma-separated integers") from None
+        raise ConfigError(f"{flag}={text!r} must be comma-separated integers") from None
     if not values or min(values) < 1:
-        raise ValueError(f"{flag}={text!r} must list integers >= 1")
+        raise ConfigError(f"{flag}={text!r} must list integers >= 1")
     return values
 
 
@@ -344,7 +345,7 @@ def _lstm_shapes(text: str) -> tuple[tuple[int, int], ...]:
     except ValueError:
         shapes = ((),)
     if any(len(s) != 2 or min(s) < 1 for s in shapes):
-        raise ValueError(f"--lstm={text!r} must be comma-separated STEPSxWIDTH pairs, e.g. "
+        raise ConfigError(f"--lstm={text!r} must be comma-separated STEPSxWIDTH pairs, e.g. "
                          "'64x128,128x256' (or 'none')")
     return shapes
 
@@ -386,15 +387,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.dtype = args.dtype or p["dtype"]
     args.lstm = p["lstm"] if args.lstm is None else _lstm_shapes(args.lstm)
     if args.batch is not None and args.batch < 1:
-        raise ValueError(f"--batch={args.batch} must be >= 1")
+        raise ConfigError(f"--batch={args.batch} must be >= 1")
     if args.steps < 1 or args.warmup < 0:
-        raise ValueError(f"--steps={args.steps} must be >= 1 and --warmup={args.warmup} >= 0")
+        raise ConfigError(f"--steps={args.steps} must be >= 1 and --warmup={args.warmup} >= 0")
     for model in args.models:
         if model not in SIZES:
-            raise ValueError(f"--models: unknown model {model!r}; choose from {list(SIZES)}")
+            raise ConfigError(f"--models: unknown model {model!r}; choose from {list(SIZES)}")
     unknown = [s for s in args.sizes if not any(s in SIZES[m] for m in args.models)]
     if unknown:
-        raise ValueError(f"--sizes: no selected model has {unknown}; sizes: "
+        raise ConfigError(f"--sizes: no selected model has {unknown}; sizes: "
                          f"{ {m: list(SIZES[m]) for m in args.models} }")
     return args
 
@@ -466,7 +467,5 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    try:
+    with errors.reported("benchmarks.step"):
         main()
-    except ValueError as error:
-        sys.exit(f"benchmarks.step: {error}")

@@ -5,6 +5,7 @@ import os
 from typing import Any
 
 from benchmarks import machine
+from zoo.errors import ConfigError
 
 
 def _num(value: float | None, fmt: str = ".3g") -> str:
@@ -133,7 +134,7 @@ def merge(out: str, summary: dict[str, Any], records: list[dict]
         old = json.load(f)
     for key in ("machine", "preset", "dtype"):
         if old.get(key) != summary[key]:
-            raise ValueError(f"--append: {path} has {key}={old.get(key)!r}, this run "
+            raise ConfigError(f"--append: {path} has {key}={old.get(key)!r}, this run "
                              f"{summary[key]!r}; write to another --out")
 
     def rows(name, key):

@@ -17,6 +17,7 @@ has already prepared; point both phases at one cache_dir to share the tokenizer.
 import ml_collections
 
 from configs import common
+from zoo.errors import ConfigError
 from zoo.train.optim import default_optim_config
 
 # phase -> (seq_len, max_predictions_per_seq)
@@ -33,9 +34,9 @@ _RECIPES = {
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     variant = common.parse_arg(arg, size="tiny", phase=1, optimizer="adamw")
     if variant.phase not in _PHASES:
-        raise ValueError(f"config variant phase={variant.phase} must be 1 or 2")
+        raise ConfigError(f"config variant phase={variant.phase} must be 1 or 2")
     if variant.optimizer not in ("adamw", "lamb"):
-        raise ValueError(f"config variant optimizer={variant.optimizer!r} must be adamw or lamb")
+        raise ConfigError(f"config variant optimizer={variant.optimizer!r} must be adamw or lamb")
     tiny = variant.size == "tiny"
     seq_len, predictions = _PHASES[variant.phase]
     batch, lr, num_steps, warmup = _RECIPES[(variant.optimizer, variant.phase)]

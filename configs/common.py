@@ -3,6 +3,7 @@ every job has (mesh, train loop)."""
 
 import ml_collections
 
+from zoo.errors import ConfigError
 from zoo.train.partitioning import DEFAULT_RULES
 
 
@@ -16,12 +17,17 @@ def parse_arg(arg: str | None, **defaults):
     for item in filter(None, (arg or "").split(",")):
         key, _, value = item.partition("=")
         if key not in defaults:
-            raise ValueError(f"config variant key {key!r} is unknown; known keys: {sorted(defaults)}")
+            raise ConfigError(f"config variant key {key!r} is unknown; known keys: "
+                              f"{sorted(defaults)}")
         kind = type(defaults[key])
         if kind is bool:
             result[key] = value.lower() in ("", "1", "true", "yes")
         else:
-            result[key] = kind(value)
+            try:
+                result[key] = kind(value)
+            except ValueError:
+                raise ConfigError(f"config variant {key}={value!r} must be {kind.__name__}, "
+                                  f"like its default {defaults[key]!r}") from None
     return result
 
 

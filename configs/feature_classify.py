@@ -24,13 +24,14 @@ from the world the extractor was trained on.
 import ml_collections
 
 from configs import common
+from zoo.errors import ConfigError
 from zoo.train.optim import default_optim_config
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     variant = common.parse_arg(arg, kind="elmo", task="relation", size="tiny")
     if variant.kind not in ("elmo", "word2vec"):
-        raise ValueError(f"config variant kind={variant.kind!r} must be 'elmo' or 'word2vec'")
+        raise ConfigError(f"config variant kind={variant.kind!r} must be 'elmo' or 'word2vec'")
     tiny = variant.size == "tiny"
     config = ml_collections.ConfigDict()
     config.task = "feature_classify"

@@ -16,12 +16,13 @@ resumes.
 import ml_collections
 
 from configs import bert_pretrain, squad
+from zoo.errors import ConfigError
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if arg:
-        raise ValueError(f"configs/quickstart.py takes no variant (got {arg!r}); override "
-                         "stage keys instead, e.g. --config.squad.train.steps=500")
+        raise ConfigError(f"configs/quickstart.py takes no variant (got {arg!r}); override "
+                          "stage keys instead, e.g. --config.squad.train.steps=500")
     config = ml_collections.ConfigDict()
     config.stages = ["pretrain", "squad"]
     config.pretrain = bert_pretrain.get_config("size=tiny")

@@ -18,6 +18,7 @@ configs/translate.py's (same size), so BLEU compares with the Transformer's.
 import ml_collections
 
 from configs import common, translate
+from zoo.errors import ConfigError
 from zoo.models.seq2seq import ATTENTIONS
 from zoo.nn.recurrent import CELL_KINDS
 from zoo.train.optim import default_optim_config
@@ -26,12 +27,12 @@ from zoo.train.optim import default_optim_config
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     variant = common.parse_arg(arg, size="tiny", cell="lstm", attention="additive")
     if variant.size not in ("tiny", "base"):
-        raise ValueError(f"config variant size={variant.size!r} must be tiny or base")
+        raise ConfigError(f"config variant size={variant.size!r} must be tiny or base")
     if variant.cell not in CELL_KINDS:
-        raise ValueError(f"config variant cell={variant.cell!r} must be one of {CELL_KINDS}")
+        raise ConfigError(f"config variant cell={variant.cell!r} must be one of {CELL_KINDS}")
     if variant.attention not in ATTENTIONS:
-        raise ValueError(f"config variant attention={variant.attention!r} must be one of "
-                         f"{ATTENTIONS}")
+        raise ConfigError(f"config variant attention={variant.attention!r} must be one of "
+                          f"{ATTENTIONS}")
     tiny = variant.size == "tiny"
     transformer = translate.get_config(f"size={variant.size}")
     config = ml_collections.ConfigDict()

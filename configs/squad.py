@@ -14,13 +14,14 @@ writes predictions.json, nbest_predictions.json and (v2) null_odds.json under
 import ml_collections
 
 from configs import common
+from zoo.errors import ConfigError
 from zoo.train.optim import default_optim_config
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     variant = common.parse_arg(arg, size="tiny", version="1.1")
     if variant.version not in ("1.1", "2.0"):
-        raise ValueError(f"config variant version={variant.version!r} must be 1.1 or 2.0")
+        raise ConfigError(f"config variant version={variant.version!r} must be 1.1 or 2.0")
     tiny = variant.size == "tiny"
     config = ml_collections.ConfigDict()
     config.task = "squad"

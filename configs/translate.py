@@ -18,15 +18,16 @@ target) or with --config.data.train_target_file=train.en for two aligned files; 
 import ml_collections
 
 from configs import common
+from zoo.errors import ConfigError
 from zoo.train.optim import default_optim_config
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     variant = common.parse_arg(arg, size="tiny", norm="post", share="all")
     if variant.norm not in ("post", "pre"):
-        raise ValueError(f"config variant norm={variant.norm!r} must be post or pre")
+        raise ConfigError(f"config variant norm={variant.norm!r} must be post or pre")
     if variant.share not in ("all", "target", "none"):
-        raise ValueError(f"config variant share={variant.share!r} must be all, target or none")
+        raise ConfigError(f"config variant share={variant.share!r} must be all, target or none")
     tiny = variant.size == "tiny"
     config = ml_collections.ConfigDict()
     config.task = "translate"

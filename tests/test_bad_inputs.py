@@ -1,7 +1,8 @@
 """The catalogue of bad inputs (issue 10): each one, reached through the entry point a user hits
 (train.py for command-line mistakes, zoo.train.loop.run for the rest, the loader itself for
 data files), ends in one error that names the file / record / config key and says what to do,
-and leaves every file already written (a run's checkpoints, metrics, summary) byte-identical."""
+and leaves every file already written (a run's checkpoints, metrics, summary) byte-identical.
+Each error is a zoo.errors.UserError, which the command line prints without a traceback."""
 
 import hashlib
 import json
@@ -20,6 +21,7 @@ from configs import gpt as gpt_config
 from configs import gpt_classify as gpt_classify_config
 from configs import squad as squad_config
 from zoo.data import squad
+from zoo.errors import ConfigError, UserError
 from zoo.models import bert, gpt
 from zoo.train import loop
 from zoo.train.checkpoint import CheckpointMismatchError, MissingParamsError
@@ -120,10 +122,12 @@ def assert_kept(before: dict[str, str], after: dict[str, str]) -> None:
 
 
 def raises_and_keeps(error, message, run, *workdirs):
-    """`run()` raises `error` whose text matches `message`; `workdirs` lose nothing."""
+    """`run()` raises `error` whose text matches `message`, a UserError (the command line prints
+    it alone); `workdirs` lose nothing."""
     before = [tree_digest(w) for w in workdirs]
     with pytest.raises(error, match=message) as info:
         run()
+    assert isinstance(info.value, UserError), type(info.value).__mro__
     for old, workdir in zip(before, workdirs):
         assert_kept(old, tree_digest(workdir))
     return str(info.value)
@@ -148,6 +152,8 @@ _CLI_CASES = {  # name: (script, arguments, what stderr says)
                       r"config\.train\.nonfinite must be one of \('skip', 'stop'\), got 'skp'"),
     "bad_source": ("train.py", [_GPT, "--config.data.source=txt"],
                    r"config\.data\.source must be 'synthetic', 'text' or 'tfds', got 'txt'"),
+    "bad_int": ("train.py", [_GPT, "--config.train.steps=ten"],  # absl's own check
+                r"flag --config\.train\.steps=ten: invalid literal for int\(\)"),
 }
 
 
@@ -158,6 +164,7 @@ def cli_results(runs, tmp_path_factory):
     root = tmp_path_factory.mktemp("cli")
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1",
                JAX_PLATFORMS="cpu")
+    env.pop("ZOO_DEBUG", None)  # it would show the tracebacks these cases check are not there
     started = {}
     for name, (script, args, _) in _CLI_CASES.items():
         workdir = root / name
@@ -179,8 +186,8 @@ def test_config_typo_is_one_clear_error_on_the_command_line(cli_results, case):
     returncode, stderr, before, after = cli_results[case]
     assert returncode != 0
     assert re.search(_CLI_CASES[case][2], stderr, re.DOTALL), stderr[-3000:]
-    if case.startswith("unknown_key"):  # one line, not ml_collections' traceback
-        assert "Traceback" not in stderr, stderr[-3000:]
+    # One message, not absl's, ml_collections' or zoo's traceback.
+    assert "Traceback" not in stderr, stderr[-3000:]
     assert_kept(before, after)  # the run already in --workdir loses nothing
 
 
@@ -287,13 +294,17 @@ def test_model_called_with_more_tokens_than_positions():
     model = gpt.GPT(gpt.config_for_size("tiny", vocab_size=32, max_len=8))
     with pytest.raises(ValueError, match=r"GPT: the input has 9 tokens but the model has 8 "
                                          r"positions \(GPTConfig\.max_len=8, set by "
-                                         r"config\.data\.seq_len.*lower config\.data\.seq_len"):
+                                         r"config\.data\.seq_len.*lower config\.data\.seq_len"
+                       ) as info:
         model.init(jax.random.key(0), tokens)
+    assert isinstance(info.value, UserError)
     encoder = bert.BertModel(bert.config_for_size("tiny", vocab_size=32,
                                                   max_position_embeddings=8))
     with pytest.raises(ValueError, match=r"BERT: the input has 9 tokens but the model has 8 "
-                                         r"positions .*config\.model\.max_position_embeddings"):
+                                         r"positions .*config\.model\.max_position_embeddings"
+                       ) as info:
         encoder.init(jax.random.key(0), tokens)
+    assert isinstance(info.value, UserError)
 
 
 def test_gpt_init_from_a_checkpoint_with_fewer_positions(runs, tmp_path):
@@ -413,8 +424,9 @@ def test_squad_file_that_is_not_json_through_the_job(copy_of, tmp_path):
 def test_bad_squad_file(tmp_path, build, message):
     path = tmp_path / "bad.json"
     build(path)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=message) as info:
         squad.read_squad_json(path)
+    assert isinstance(info.value, UserError)
 
 
 def test_squad_answer_start_off_its_text_is_named_and_skipped(tmp_path, caplog):
@@ -424,3 +436,42 @@ def test_squad_answer_start_off_its_text_is_named_and_skipped(tmp_path, caplog):
     # run_squad's policy: the question is skipped, and the warning names file, id and offsets.
     assert re.search(r"train\.json: question 'q2' .*could not find answer 'Paris' at "
                      r"answer_start 5", caplog.text)
+
+
+# ---- 9. a workdir, init_from or mesh that jax / orbax / the OS would reject deep inside --------
+
+
+def test_workdir_that_is_a_file(tmp_path):
+    path = tmp_path / "run"
+    path.write_text("notes")
+    raises_and_keeps(ConfigError, r"--workdir=.*run is a file, not a directory",
+                     lambda: train(_lm_config(tmp_path / "cache"), path), tmp_path)
+
+
+def test_init_from_a_directory_without_a_checkpoint_is_left_untouched(runs, tmp_path):
+    missing, empty = tmp_path / "no_such_run", tmp_path / "empty"
+    empty.mkdir()
+    config = _lm_config(runs / "gpt" / "data", init_from=str(missing))
+    raises_and_keeps(FileNotFoundError, r"config\.train\.init_from='.*no_such_run' is not a "
+                     r"directory", lambda: train(config, tmp_path / "run"), runs / "gpt")
+    config.train.init_from = str(empty)
+    raises_and_keeps(FileNotFoundError, r"config\.train\.init_from='.*empty' holds no checkpoint",
+                     lambda: train(config, tmp_path / "run"), runs / "gpt")
+    # Orbax's CheckpointManager would have created <init_from>/checkpoints in both.
+    assert not missing.exists() and os.listdir(empty) == []
+
+
+@pytest.mark.parametrize("mesh, message", [
+    ({"tensor": 3}, r"mesh: \.params\[.*\] of shape \(\d+,.*\) cannot be split 3 ways "
+                    r"\(config\.mesh\.tensor=3\): its dimension \d has \d+ entries"),
+    ({"data": 3}, r"mesh: a batch of 8 rows cannot be split over the 3 devices that share each "
+                  r"batch \(config\.mesh\.data=3 x config\.mesh\.fsdp=1\); make "
+                  r"config\.data\.batch_size .* a multiple of 3"),
+], ids=["tensor_does_not_divide_a_width", "batch_does_not_divide"])
+def test_mesh_that_does_not_divide_the_model_or_the_batch(runs, tmp_path, mesh, message):
+    # jax reports both from inside jit / device_put, naming neither the parameter nor the keys.
+    config = _lm_config(runs / "gpt" / "data")
+    config.mesh.update(mesh)
+    raises_and_keeps(ConfigError, message,
+                     lambda: loop.run(config, str(tmp_path / "run"), devices=jax.devices()[:3]),
+                     runs / "gpt")

@@ -38,6 +38,8 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from zoo import errors
+from zoo.errors import ConfigError, MissingFileError
 from zoo.models import bert, gpt
 from zoo.models import transformer as seq2seq
 
@@ -117,36 +119,36 @@ def _host(params: Any) -> Any:
 
 def _check_text(name: str, text: str | None) -> str:
     if text is None or not str(text).strip():
-        raise ValueError(f"{name}: the text is empty; give the sentence whose attention to draw "
-                         f"(e.g. {name}=\"The animal didn't cross the street because it was too "
-                         "tired\")")
+        raise ConfigError(f"{name}: the text is empty; give the sentence whose attention to draw "
+                          f"(e.g. {name}=\"The animal didn't cross the street because it was too "
+                          "tired\")")
     return str(text)
 
 
 def _encode(tokenizer: Any, name: str, text: str) -> list[int]:
     if tokenizer is None:
-        raise ValueError(
+        raise ConfigError(
             "this checkpoint has no tokenizer (a GPT-2 directory's byte-level BPE is not read; "
             "see zoo.hf): pass --tokenizer=<a .model or vocab.txt of the model's vocabulary>"
         )
     ids = list(tokenizer.encode(_check_text(name, text)))
     if not ids:
-        raise ValueError(f"{name}: {text!r} gives no tokens; give some words")
+        raise ConfigError(f"{name}: {text!r} gives no tokens; give some words")
     return ids
 
 
 def _check_length(what: str, length: int, limit: int, field: str) -> None:
     if length > limit:
-        raise ValueError(f"{what} is {length} tokens but the model has {limit} positions "
-                         f"({field}); shorten the text")
+        raise ConfigError(f"{what} is {length} tokens but the model has {limit} positions "
+                          f"({field}); shorten the text")
 
 
 def _check_vocab(what: str, ids: Sequence[int], vocab_size: int) -> None:
     # An embedding lookup clamps out-of-range ids silently: a tokenizer that is not the model's
     # would draw maps of the wrong tokens without a word.
     if max(ids) >= vocab_size:
-        raise ValueError(f"{what}: the tokenizer gives id {max(ids)} but the model's vocabulary "
-                         f"has {vocab_size} entries; use the tokenizer the model was trained with")
+        raise ConfigError(f"{what}: the tokenizer gives id {max(ids)} but the model's vocabulary "
+                          f"has {vocab_size} entries; use the tokenizer the model was trained with")
 
 
 def _pieces(tokenizer: Any, ids: Sequence[int]) -> list[str]:
@@ -261,11 +263,11 @@ def maps_for_model(model: nn.Module, params: Any, tokenizer: Any, text: str, *,
     """
     is_bert = isinstance(getattr(model, "config", None), bert.BertConfig)
     if text_b is not None and not is_bert:
-        raise ValueError(f"text_b: only BERT models take a second segment, not "
-                         f"{type(model).__name__}")
+        raise ConfigError(f"text_b: only BERT models take a second segment, not "
+                          f"{type(model).__name__}")
     if target is not None and not isinstance(model, seq2seq.EncoderDecoder):
-        raise ValueError(f"target: only encoder-decoder (translation) models take a target, not "
-                         f"{type(model).__name__}")
+        raise ConfigError(f"target: only encoder-decoder (translation) models take a target, not "
+                          f"{type(model).__name__}")
     if isinstance(model, seq2seq.EncoderDecoder):
         return translation_maps(model, params, tokenizer, text, target)
     if isinstance(model, gpt.GPT):
@@ -290,8 +292,8 @@ def _select(name: str, chosen: Sequence[int] | None, available: int) -> list[int
     chosen = [int(i) for i in chosen]
     bad = [i for i in chosen if not 0 <= i < available]
     if not chosen or bad:
-        raise ValueError(f"{name}={chosen}: choose indices in [0, {available}) (the model has "
-                         f"{available} {name})")
+        raise ConfigError(f"{name}={chosen}: choose indices in [0, {available}) (the model has "
+                          f"{available} {name})")
     return chosen
 
 
@@ -395,6 +397,8 @@ def _flags(argv: Sequence[str]):
     from absl import flags
     from ml_collections import config_flags
 
+    from zoo import cli
+
     fv = flags.FlagValues()
     config_flags.DEFINE_config_file(
         "config", None, "configs/<job>.py[:variant] of the run in --workdir; override keys with "
@@ -417,7 +421,7 @@ def _flags(argv: Sequence[str]):
                         "./attention with --pretrained).", flag_values=fv)
     flags.DEFINE_list("layers", None, "Layer indices to draw (default all).", flag_values=fv)
     flags.DEFINE_list("heads", None, "Head indices to draw (default all).", flag_values=fv)
-    fv(list(argv))
+    cli.parse_flags(fv, argv)  # a mistake is one UserError, not absl's traceback
     return fv
 
 
@@ -428,12 +432,12 @@ def _from_workdir(config, workdir: str) -> tuple[nn.Module, Any, Any]:
 
     # Checked before building anything: build() and Checkpointer create directories.
     if not os.path.isdir(workdir):
-        raise FileNotFoundError(f"--workdir={workdir} does not exist; give the workdir of a "
-                                "trained run")
+        raise MissingFileError(f"--workdir={workdir} does not exist; give the workdir of a "
+                               "trained run")
     directory = os.path.join(workdir, "checkpoints")
     checkpointer = Checkpointer(workdir) if os.path.isdir(directory) else None
     if checkpointer is None or checkpointer.latest_step() is None:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"--workdir={workdir} holds no checkpoint ({directory}); train first with "
             f"`python train.py --config=... --workdir={workdir}`")
     setup = loop.build(config, workdir)
@@ -450,8 +454,8 @@ def _indices(name: str, values: Sequence[str] | None) -> list[int] | None:
     try:
         return [int(v) for v in values]
     except ValueError:
-        raise ValueError(f"--{name}={','.join(values)}: give comma-separated integers, e.g. "
-                         f"--{name}=0,1") from None
+        raise ConfigError(f"--{name}={','.join(values)}: give comma-separated integers, e.g. "
+                          f"--{name}=0,1") from None
 
 
 def main(argv: Sequence[str]) -> list[str]:
@@ -459,7 +463,7 @@ def main(argv: Sequence[str]) -> list[str]:
     model has, prints and returns their paths (see the module docstring for the flags)."""
     fv = _flags(argv)
     if fv.pretrained and (fv.config is not None or fv.workdir):
-        raise ValueError("give either --pretrained=DIR or --config=... --workdir=DIR, not both")
+        raise ConfigError("give either --pretrained=DIR or --config=... --workdir=DIR, not both")
     text = _check_text("--text", fv.text)
     layers, heads = _indices("layers", fv.layers), _indices("heads", fv.heads)
     if fv.pretrained:
@@ -471,8 +475,8 @@ def main(argv: Sequence[str]) -> list[str]:
         model, params, tokenizer = _from_workdir(fv.config, fv.workdir)
         out = fv.out or os.path.join(fv.workdir, "attention")
     else:
-        raise ValueError("say which model: --config=configs/<job>.py --workdir=DIR (a trained "
-                         "run) or --pretrained=DIR (a Hugging Face or google-research directory)")
+        raise ConfigError("say which model: --config=configs/<job>.py --workdir=DIR (a trained "
+                          "run) or --pretrained=DIR (a Hugging Face or google-research directory)")
     if fv.tokenizer:
         from zoo.data import tokenizers
 
@@ -485,7 +489,11 @@ def main(argv: Sequence[str]) -> list[str]:
         print(f"translation: {tokenizer.decode(ids)}", flush=True)
     paths = []
     for maps in all_maps:
-        path = draw(maps, os.path.join(out, f"{maps.kind}.png"), layers=layers, heads=heads)
+        try:
+            path = draw(maps, os.path.join(out, f"{maps.kind}.png"), layers=layers, heads=heads)
+        except OSError as e:  # a file in the way, no permission, a full disk
+            raise ConfigError(f"--out={out} cannot be written ({e}); give a directory you can "
+                              "write") from e
         print(path, flush=True)
         paths.append(path)
     return paths
@@ -495,7 +503,5 @@ if __name__ == "__main__":
     from absl import logging
 
     logging.set_verbosity(logging.WARNING)  # orbax logs every restore at INFO
-    try:
+    with errors.reported("zoo.attention_maps"):
         main(sys.argv)
-    except (ValueError, FileNotFoundError) as e:
-        sys.exit(f"zoo.attention_maps: {e}")

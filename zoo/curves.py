@@ -7,6 +7,8 @@ import warnings
 
 import matplotlib
 
+from zoo.errors import MissingFileError
+
 matplotlib.use("Agg")  # files only: no display on servers and CI
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -19,7 +21,7 @@ def read_metrics(workdir: str) -> list[dict]:
     """The records of <workdir>/metrics.jsonl; a resumed run's repeated steps keep the last."""
     path = os.path.join(workdir, "metrics.jsonl")
     if not os.path.exists(path):
-        raise FileNotFoundError(f"{path} does not exist: train the run first")
+        raise MissingFileError(f"{path} does not exist: train the run first")
     latest: dict[tuple[str, int], dict] = {}
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):

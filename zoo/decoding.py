@@ -32,6 +32,7 @@ import numpy as np
 from jax import lax
 
 from zoo.data.tokenizers import EOS_ID, PAD_ID
+from zoo.errors import ConfigError
 
 StepFn = Callable[[Any, jax.Array, Any], tuple[jax.Array, Any]]
 
@@ -241,7 +242,7 @@ def _check_args(fn, decoder, prompts, prompt_lengths, max_len, eos_id, pad_id):
 def _check_float(fn, name, value, ok, what):
     concrete = _concrete(value)
     if concrete is not None and (concrete.shape != () or not ok(float(concrete))):
-        raise ValueError(f"{fn}: {name}={value!r} must be {what}")
+        raise ConfigError(f"{fn}: {name}={value!r} must be {what}")
     return jnp.asarray(value, jnp.float32)
 
 
@@ -416,7 +417,7 @@ def sample(
     concrete_top_p = _concrete(top_p)
     top_p = _check_float("sample", "top_p", top_p, lambda v: 0 < v <= 1, "in (0, 1]")
     if not isinstance(top_k, (int, np.integer)) or top_k < 0:
-        raise ValueError(f"sample: top_k={top_k!r} must be an int >= 0 (0 = no top-k filter)")
+        raise ConfigError(f"sample: top_k={top_k!r} must be an int >= 0 (0 = no top-k filter)")
     filter_top_p = concrete_top_p is None or float(concrete_top_p) < 1.0
     return _generate(decoder, prompts, lengths, rng, temperature, top_p, max_len=int(max_len),
                      eos_id=int(eos_id), pad_id=int(pad_id), greedy=False, top_k=int(top_k),
@@ -545,7 +546,7 @@ def beam_search(
     prompts, lengths = _check_args("beam_search", decoder, prompts, prompt_lengths, max_len,
                                    eos_id, pad_id)
     if not isinstance(beam_size, (int, np.integer)) or beam_size < 1:
-        raise ValueError(f"beam_search: beam_size={beam_size!r} must be an int >= 1")
+        raise ConfigError(f"beam_search: beam_size={beam_size!r} must be an int >= 1")
     alpha = _check_float("beam_search", "alpha", alpha, lambda v: np.isfinite(v) and v >= 0,
                          "a finite float >= 0 (0 = no length normalisation)")
     return _beam_search(decoder, prompts, lengths, alpha, max_len=int(max_len),

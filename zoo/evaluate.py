@@ -7,17 +7,20 @@ import flax.linen as nn
 import jax
 import ml_collections
 
-from zoo.train import loop
-from zoo.train.checkpoint import Checkpointer
+from zoo.errors import ConfigError, MissingFileError
+from zoo.train import checkpoint, loop
 
 
 def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
     """Evaluates the latest checkpoint in `workdir`; writes <workdir>/eval.json."""
-    checkpointer = Checkpointer(workdir)
-    if checkpointer.latest_step() is None:
-        raise FileNotFoundError(
-            f"no checkpoint under {checkpointer.directory}; train first with "
-            f"`python train.py --config=... --workdir={workdir}`"
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise ConfigError(f"--workdir={workdir} is a file, not a directory; give the workdir of "
+                          "a trained run")
+    checkpointer = checkpoint.existing(workdir)  # an empty or mistyped workdir stays untouched
+    if checkpointer is None:
+        raise MissingFileError(
+            f"no checkpoint under {os.path.join(os.path.abspath(workdir), 'checkpoints')}; "
+            f"train first with `python train.py --config=... --workdir={workdir}`"
         )
     setup = loop.build(config, workdir)
     state = checkpointer.restore(setup.state)

@@ -51,6 +51,7 @@ from zoo.convert import bert as bert_convert
 from zoo.convert import gpt2 as gpt2_convert
 from zoo.convert import tf_checkpoint
 from zoo.data.wordpiece import CONTINUATION, WordPieceTokenizer
+from zoo.errors import DataError, MissingFileError, UserError
 from zoo.models import bert, gpt
 
 # Architecture -> (model_type, head): the BERT head kind of zoo.convert.bert ('none' for the
@@ -114,7 +115,7 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any
     """
     root = Path(path)
     if not root.is_dir():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"load_pretrained: {root} is not a directory; give a Hugging Face checkpoint "
             f"directory ({CONFIG_FILE} + {SAFETENSORS_FILE} or {TORCH_FILE})"
         )
@@ -123,7 +124,7 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any
         if tf_indexes:
             return _load_google_bert(root, tf_indexes, overrides)
         if (root / GOOGLE_CONFIG_FILE).is_file() and not (root / CONFIG_FILE).is_file():
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"load_pretrained: {root} has google-research/bert's {GOOGLE_CONFIG_FILE} but no "
                 "TensorFlow checkpoint (<prefix>.index + <prefix>.data-*, e.g. "
                 "bert_model.ckpt.index) and no Hugging Face weights"
@@ -169,7 +170,7 @@ def _load_google_bert(root: Path, indexes: list[Path], overrides: Mapping[str, A
                                  WordPieceTokenizer | None]:
     """load_pretrained of a google-research/bert directory (see the module docstring)."""
     if len(indexes) > 1:
-        raise ValueError(
+        raise DataError(
             f"load_pretrained: {root} holds {len(indexes)} TensorFlow checkpoints "
             f"({', '.join(p.name for p in indexes)}); keep one in the directory (e.g. the "
             "latest training step) or move the others out"
@@ -178,7 +179,7 @@ def _load_google_bert(root: Path, indexes: list[Path], overrides: Mapping[str, A
     config_path = next((root / name for name in (GOOGLE_CONFIG_FILE, CONFIG_FILE)
                         if (root / name).is_file()), None)
     if config_path is None:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"load_pretrained: {root} holds the TensorFlow checkpoint {index.name} but no "
             f"{GOOGLE_CONFIG_FILE} (or {CONFIG_FILE}) describing its model; add the "
             f"{GOOGLE_CONFIG_FILE} it was trained with"
@@ -188,8 +189,8 @@ def _load_google_bert(root: Path, indexes: list[Path], overrides: Mapping[str, A
     if hf_config.get("model_type") or hf_config.get("architectures"):
         family, head = _architecture(hf_config, config_path)
         if family != "bert":
-            raise ValueError(f"load_pretrained: {config_path} describes a {family} model, but "
-                             f"TensorFlow checkpoints ({index.name}) are read for BERT only")
+            raise DataError(f"load_pretrained: {config_path} describes a {family} model, but "
+                            f"TensorFlow checkpoints ({index.name}) are read for BERT only")
     config = _wrap(config_path, bert_convert.config_from_hf, hf_config, **overrides)
     try:
         # Adam slots and global_step would double or triple what is read, for nothing.
@@ -197,9 +198,9 @@ def _load_google_bert(root: Path, indexes: list[Path], overrides: Mapping[str, A
                  if not bert_convert.TF_OPTIMIZER_VARIABLES.fullmatch(name)]
         variables = tf_checkpoint.read_tf_checkpoint(index, names)
     except FileNotFoundError as e:  # the reader's messages name the file
-        raise FileNotFoundError(f"load_pretrained: {e}") from e
+        raise MissingFileError(f"load_pretrained: {e}") from e
     except ValueError as e:
-        raise ValueError(f"load_pretrained: {e}") from e
+        raise _same_kind(e)(f"load_pretrained: {e}") from e
     num_labels = (bert_convert.num_labels_from_hf(hf_config)
                   if head == "sequence_classification" else None)
     params = _wrap(index, bert_convert.params_from_tf_variables, variables, config,
@@ -227,13 +228,13 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise FileNotFoundError(f"load_pretrained: {path} does not exist ({what})") from None
+        raise MissingFileError(f"load_pretrained: {path} does not exist ({what})") from None
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"load_pretrained: {path} is not valid JSON ({e})") from None
+        raise DataError(f"load_pretrained: {path} is not valid JSON ({e})") from None
     if not isinstance(value, dict):
-        raise ValueError(f"load_pretrained: {path} holds a {type(value).__name__}, not an object")
+        raise DataError(f"load_pretrained: {path} holds a {type(value).__name__}, not an object")
     return value
 
 
@@ -244,18 +245,18 @@ def _architecture(hf_config: Mapping[str, Any], config_path: Path) -> tuple[str,
     architectures = hf_config.get("architectures") or []
     arch = architectures[0] if architectures else None
     if arch is not None and arch not in SUPPORTED_ARCHITECTURES:
-        raise ValueError(f"load_pretrained: {config_path}: architecture {arch!r} is not "
-                         f"supported; {supported}")
+        raise DataError(f"load_pretrained: {config_path}: architecture {arch!r} is not "
+                        f"supported; {supported}")
     model_type = hf_config.get("model_type") or (arch and SUPPORTED_ARCHITECTURES[arch][0])
     if model_type not in ("bert", "gpt2"):
-        raise ValueError(f"load_pretrained: {config_path}: model_type {model_type!r} is not "
-                         f"supported (bert, gpt2); {supported}")
+        raise DataError(f"load_pretrained: {config_path}: model_type {model_type!r} is not "
+                        f"supported (bert, gpt2); {supported}")
     if arch is None:  # a config without architectures: the weights' names decide
         return model_type, None if model_type == "bert" else True
     family, head = SUPPORTED_ARCHITECTURES[arch]
     if family != model_type:
-        raise ValueError(f"load_pretrained: {config_path}: architecture {arch!r} does not "
-                         f"belong to model_type {model_type!r}")
+        raise DataError(f"load_pretrained: {config_path}: architecture {arch!r} does not "
+                        f"belong to model_type {model_type!r}")
     return family, head
 
 
@@ -264,7 +265,12 @@ def _wrap(where: Path | str, fn: Callable, *args: Any, **kwargs: Any) -> Any:
     try:
         return fn(*args, **kwargs)
     except ValueError as e:
-        raise ValueError(f"load_pretrained: {where}: {e}") from e
+        raise _same_kind(e)(f"load_pretrained: {where}: {e}") from e
+
+
+def _same_kind(error: ValueError) -> type[ValueError]:
+    """DataError for what the files got wrong; a plain ValueError (a bug) stays one."""
+    return DataError if isinstance(error, UserError) else ValueError
 
 
 def _bert_head_of(params: Mapping[str, Any]) -> str:
@@ -283,7 +289,7 @@ def _read_weights(root: Path) -> tuple[dict[str, Any], str]:
         hint = (f" It has {', '.join(other)}: Keras (TF2) / Flax weights are not read here; "
                 "google-research/bert's TF1 checkpoints (<prefix>.index + <prefix>.data-*, "
                 "through zoo.convert.bert.params_from_tf_variables) are." if other else "")
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"load_pretrained: {root} has no weights file: expected {SAFETENSORS_FILE} or "
             f"{TORCH_FILE} (or a sharded *.index.json).{hint}"
         )
@@ -294,20 +300,20 @@ def _read_weights(root: Path) -> tuple[dict[str, Any], str]:
     index = _read_json(index_path, "the index of a sharded checkpoint")
     weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
-        raise ValueError(f"load_pretrained: {index_path} has no weight_map")
+        raise DataError(f"load_pretrained: {index_path} has no weight_map")
     state_dict: dict[str, Any] = {}
     for shard in sorted(set(weight_map.values())):
         state_dict.update(_read_weights_file(root / shard))
     absent = sorted(set(weight_map) - set(state_dict))
     if absent:
-        raise ValueError(f"load_pretrained: {index_path} lists tensors no shard holds: "
-                         f"{', '.join(absent[:10])}")
+        raise DataError(f"load_pretrained: {index_path} lists tensors no shard holds: "
+                        f"{', '.join(absent[:10])}")
     return state_dict, str(index_path)
 
 
 def _read_weights_file(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        raise FileNotFoundError(f"load_pretrained: weights file {path} does not exist")
+        raise MissingFileError(f"load_pretrained: weights file {path} does not exist")
     if path.name.endswith(".safetensors"):
         try:
             from safetensors import numpy as safetensors_numpy
@@ -318,8 +324,8 @@ def _read_weights_file(path: Path) -> dict[str, Any]:
             # bf16 tensors load as ml_dtypes.bfloat16, which importing jax has registered.
             return safetensors_numpy.load_file(str(path))
         except Exception as e:  # safetensors raises its own SafetensorError (an Exception)
-            raise ValueError(f"load_pretrained: {path} is not a readable safetensors file "
-                             f"({type(e).__name__}: {e}); re-download or re-save it") from e
+            raise DataError(f"load_pretrained: {path} is not a readable safetensors file "
+                            f"({type(e).__name__}: {e}); re-download or re-save it") from e
     try:
         import torch
     except ImportError:
@@ -329,11 +335,11 @@ def _read_weights_file(path: Path) -> dict[str, Any]:
         # weights_only: a pickle can run code on load; tensors and containers are all we need.
         state_dict = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as e:
-        raise ValueError(f"load_pretrained: {path} is not a readable PyTorch state dict "
-                         f"({type(e).__name__}: {e}); re-download or re-save it") from e
+        raise DataError(f"load_pretrained: {path} is not a readable PyTorch state dict "
+                        f"({type(e).__name__}: {e}); re-download or re-save it") from e
     if not isinstance(state_dict, Mapping):
-        raise ValueError(f"load_pretrained: {path} holds a {type(state_dict).__name__}, not a "
-                         "state dict (name -> tensor)")
+        raise DataError(f"load_pretrained: {path} holds a {type(state_dict).__name__}, not a "
+                        "state dict (name -> tensor)")
     return dict(state_dict)
 
 
@@ -358,18 +364,18 @@ def _bert_tokenizer(root: Path, lowercase: bool | None = None) -> WordPieceToken
     spec = _read_json(path, "the tokenizer")
     model, normalizer = spec.get("model") or {}, spec.get("normalizer") or {}
     if model.get("type") != "WordPiece" or normalizer.get("type") != "BertNormalizer":
-        raise ValueError(
+        raise DataError(
             f"load_pretrained: {path} is a {model.get('type')} tokenizer with a "
             f"{normalizer.get('type')} normalizer; only BERT's (WordPiece + BertNormalizer) is "
             f"read, or give a {VOCAB_FILE}"
         )
     prefix = model.get("continuing_subword_prefix", CONTINUATION)
     if prefix != CONTINUATION:
-        raise ValueError(f"load_pretrained: {path}: continuing_subword_prefix {prefix!r} is not "
-                         f"BERT's {CONTINUATION!r}")
+        raise DataError(f"load_pretrained: {path}: continuing_subword_prefix {prefix!r} is not "
+                        f"BERT's {CONTINUATION!r}")
     by_id = {int(i): token for token, i in model.get("vocab", {}).items()}
     if sorted(by_id) != list(range(len(by_id))):
-        raise ValueError(f"load_pretrained: {path}: the vocabulary's ids are not 0 .. n-1")
+        raise DataError(f"load_pretrained: {path}: the vocabulary's ids are not 0 .. n-1")
     return WordPieceTokenizer(
         [by_id[i] for i in range(len(by_id))],
         lowercase=bool(normalizer.get("lowercase", True)),

@@ -14,6 +14,7 @@ import jax
 import ml_collections
 
 from zoo import curves, evaluate
+from zoo.errors import ConfigError
 from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer
 
@@ -29,8 +30,8 @@ def _stage_configs(config: ml_collections.ConfigDict, workdir: str
     stages, previous = [], None
     for name in config.stages:
         if name not in config:
-            raise ValueError(f"config.stages names {name!r} but the config has no "
-                             f"config.{name} block; stages must be among {sorted(config.keys())}")
+            raise ConfigError(f"config.stages names {name!r} but the config has no "
+                              f"config.{name} block; stages must be among {sorted(config.keys())}")
         stage = ml_collections.ConfigDict(config[name].to_dict())
         if not stage.data.get("cache_dir", ""):
             stage.data.cache_dir = os.path.join(workdir, "data")

@@ -23,7 +23,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from zoo import errors
 from zoo.data.word2vec import Vocabulary
+from zoo.errors import ConfigError, DataError, MissingFileError
 from zoo.models.word2vec import cosine_neighbours
 
 
@@ -31,7 +33,7 @@ def _id(vocab: Vocabulary, word: str) -> int:
     try:
         return vocab.id(word)
     except KeyError as e:
-        raise ValueError(e.args[0]) from None
+        raise ConfigError(e.args[0]) from None
 
 
 def nearest(vocab: Vocabulary, table: np.ndarray, word: str, k: int = 10
@@ -83,26 +85,26 @@ def read_vectors(path: str, binary: bool = False) -> tuple[list[str], np.ndarray
         try:
             num, dim = (int(x) for x in f.readline().split())
         except ValueError:
-            raise ValueError(f"{path}: the first line must be 'V D' (word2vec format)") from None
+            raise DataError(f"{path}: the first line must be 'V D' (word2vec format)") from None
         words, rows = [], []
         for n in range(num):
             if binary:
                 word = b""
                 while (ch := f.read(1)) != b" ":
                     if not ch:
-                        raise ValueError(f"{path}: ends inside word {n} of {num}")
+                        raise DataError(f"{path}: ends inside word {n} of {num}")
                     word += ch
                 data = f.read(4 * dim)
                 if len(data) != 4 * dim:
-                    raise ValueError(f"{path}: ends inside the vector of word {n} of {num}")
+                    raise DataError(f"{path}: ends inside the vector of word {n} of {num}")
                 rows.append(np.frombuffer(data, "<f4"))
                 f.read(1)  # the newline after each vector
                 words.append(word.decode("utf-8").lstrip("\n"))
             else:
                 parts = f.readline().decode("utf-8").rstrip("\n").split(" ")
                 if len(parts) != dim + 1:
-                    raise ValueError(f"{path}: line {n + 2} has {len(parts) - 1} values, "
-                                     f"expected {dim}")
+                    raise DataError(f"{path}: line {n + 2} has {len(parts) - 1} values, "
+                                    f"expected {dim}")
                 words.append(parts[0])
                 rows.append(np.asarray(parts[1:], np.float32))
     return words, np.stack(rows).astype(np.float32) if rows else np.zeros((0, dim), np.float32)
@@ -118,16 +120,16 @@ def load_vectors(config, workdir: str) -> tuple[Vocabulary, np.ndarray]:
     # Checked before building anything: build() and Checkpointer create directories.
     directory = os.path.join(workdir, "checkpoints")
     if not os.path.isdir(directory):
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"--workdir={workdir} holds no checkpoint ({directory}); train first with "
             f"`python train.py --config=configs/word2vec.py --workdir={workdir}`")
     if config.task != "word2vec":
-        raise ValueError(f"--config is a {config.task!r} job; give the word2vec config the run "
-                         "in --workdir was trained with")
+        raise ConfigError(f"--config is a {config.task!r} job; give the word2vec config the run "
+                          "in --workdir was trained with")
     checkpointer = Checkpointer(workdir)
     try:
         if checkpointer.latest_step() is None:
-            raise FileNotFoundError(f"--workdir={workdir} holds no checkpoint ({directory})")
+            raise MissingFileError(f"--workdir={workdir} holds no checkpoint ({directory})")
         setup = loop.build(config, workdir)
         params = checkpointer.restore_params(setup.state.params)
     finally:
@@ -140,6 +142,8 @@ def _flags(argv: Sequence[str]):
     """Flags of our own (not absl's global FLAGS), so main can run more than once."""
     from absl import flags
     from ml_collections import config_flags
+
+    from zoo import cli
 
     fv = flags.FlagValues()
     config_flags.DEFINE_config_file(
@@ -155,7 +159,7 @@ def _flags(argv: Sequence[str]):
                         flag_values=fv)
     flags.DEFINE_bool("binary", False, "--export in the binary word2vec format.",
                       flag_values=fv)
-    fv(list(argv))
+    cli.parse_flags(fv, argv)  # a mistake is one UserError, not absl's traceback
     return fv
 
 
@@ -164,16 +168,16 @@ def main(argv: Sequence[str]) -> dict:
     [(word, sim)]}, 'analogy': [(word, sim)], 'export': path} for what was asked."""
     fv = _flags(argv)
     if fv.config is None or not fv.workdir:
-        raise ValueError("give the trained run: --config=configs/word2vec.py[:variant] "
-                         "--workdir=DIR")
+        raise ConfigError("give the trained run: --config=configs/word2vec.py[:variant] "
+                          "--workdir=DIR")
     if not (fv.neighbours or fv.analogy or fv.export):
-        raise ValueError("nothing to do: give --neighbours=WORD[,WORD...], --analogy=a,b,c "
-                         "and/or --export=PATH")
+        raise ConfigError("nothing to do: give --neighbours=WORD[,WORD...], --analogy=a,b,c "
+                          "and/or --export=PATH")
     if fv.analogy is not None and len(fv.analogy) != 3:
-        raise ValueError(f"--analogy={','.join(fv.analogy)} needs exactly three words a,b,c "
-                         "(a is to b as c is to ?)")
+        raise ConfigError(f"--analogy={','.join(fv.analogy)} needs exactly three words a,b,c "
+                          "(a is to b as c is to ?)")
     if fv.k < 1:
-        raise ValueError(f"--k={fv.k} must be >= 1")
+        raise ConfigError(f"--k={fv.k} must be >= 1")
     vocab, table = load_vectors(fv.config, fv.workdir)
     result = {}
     # Every word is checked before any answer is printed.
@@ -189,7 +193,11 @@ def main(argv: Sequence[str]) -> dict:
         print(f"{a} : {b} :: {c} : " + "  ".join(f"{n} {s:.3f}" for n, s in result["analogy"]),
               flush=True)
     if fv.export:
-        result["export"] = write_vectors(fv.export, vocab.words, table, binary=fv.binary)
+        try:
+            result["export"] = write_vectors(fv.export, vocab.words, table, binary=fv.binary)
+        except OSError as e:  # a directory that is not there, no permission, a full disk
+            raise ConfigError(f"--export={fv.export} cannot be written ({e}); give a file in "
+                              "a directory you can write") from e
         print(f"wrote {len(vocab)} x {table.shape[1]} vectors to {fv.export}", flush=True)
     return result
 
@@ -198,7 +206,5 @@ if __name__ == "__main__":
     from absl import logging
 
     logging.set_verbosity(logging.WARNING)  # orbax logs every restore at INFO
-    try:
+    with errors.reported("zoo.word2vec_query"):
         main(sys.argv)
-    except (ValueError, FileNotFoundError) as e:
-        sys.exit(f"zoo.word2vec_query: {e}")

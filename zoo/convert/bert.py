@@ -48,6 +48,7 @@ import numpy as np
 from flax import traverse_util
 
 from zoo.convert.arrays import listing, to_numpy
+from zoo.errors import DataError
 from zoo.models.bert import BertConfig
 
 # Shapes are symbols resolved from the config (`_dims`): V vocab, P positions, S segment types,
@@ -203,13 +204,13 @@ def config_from_hf(hf_config: Mapping[str, Any] | Any, **overrides: Any) -> Bert
     hf = dict(hf_config.to_dict() if hasattr(hf_config, "to_dict") else hf_config)
     model_type = hf.get("model_type", "bert")
     if model_type != "bert":
-        raise ValueError(f"config_from_hf: model_type={model_type!r}, not a BERT config")
+        raise DataError(f"config_from_hf: model_type={model_type!r}, not a BERT config")
     missing = [k for k in _REQUIRED if k not in hf]
     if missing:
-        raise ValueError(f"config_from_hf: the BERT config lacks {missing}")
+        raise DataError(f"config_from_hf: the BERT config lacks {missing}")
     for field, supported, why in _FIXED_OPTIONS:
         if field in hf and hf[field] not in supported:
-            raise ValueError(
+            raise DataError(
                 f"config_from_hf: {field}={hf[field]!r} is not supported ({why}); "
                 f"supported: {list(supported)}"
             )
@@ -221,7 +222,7 @@ def config_from_hf(hf_config: Mapping[str, Any] | Any, **overrides: Any) -> Bert
         )
     d, heads = hf["hidden_size"], hf["num_attention_heads"]
     if d % heads:
-        raise ValueError(
+        raise DataError(
             f"config_from_hf: hidden_size={d} is not divisible by num_attention_heads={heads}"
         )
     kw = dict(
@@ -383,14 +384,14 @@ def _check_is_bert(given: Mapping[str, Any], expected: set[str], fmt: str) -> No
         hits = [name for name in given if fragment in name]
         if hits:
             use = converter or "that family's converter"
-            raise ValueError(
+            raise DataError(
                 f"{_FROM[fmt]}: this is not a BERT checkpoint: it looks like {family} "
                 f"(key {hits[0]!r}); use {use}"
             )
     example = ("bert.embeddings.word_embeddings.weight, encoder.layer.0.attention.self.query.weight"
                if fmt == "hf" else
                "bert/embeddings/word_embeddings, bert/encoder/layer_0/attention/self/query/kernel")
-    raise ValueError(
+    raise DataError(
         f"{_FROM[fmt]}: this is not a BERT checkpoint: none of its keys is a BERT parameter "
         f"name (expected e.g. {example}); its keys: {listing(given, 8) or '(none)'}"
     )
@@ -426,7 +427,7 @@ def _select_head(given: dict[str, Any], kind: str | None, fmt: str) -> tuple[dic
     found = sorted({_head_of(n, fmt) for n in given} - {None}, key=HEADS.index)
     if kind is None:
         if len(found) > 1:
-            raise ValueError(
+            raise DataError(
                 f"{_FROM[fmt]}: the checkpoint holds the heads of "
                 f"{' and '.join(_MODELS[k] for k in found)}; pass heads= one of {found}"
             )
@@ -451,7 +452,7 @@ def _hf_names(state_dict: Mapping[str, Any], heads: str | None) -> tuple[dict, s
     prefixed = [n for n in body if n.startswith("bert.")]
     if prefixed and len(prefixed) != len(body):
         bare = [n for n in body if not n.startswith("bert.")]
-        raise ValueError(
+        raise DataError(
             f"params_from_hf: the state dict mixes 'bert.'-prefixed names "
             f"({listing(prefixed, 3)}) with bare ones ({listing(bare, 3)}); pass the state "
             f"dict of one model ({', '.join(_MODELS.values())})"
@@ -497,7 +498,7 @@ def _load(given: Mapping[str, Any], rows: list[_Row], config: BertConfig,
             lines.append(f"  unexpected keys: {listing(unexpected)}")
         lines.append("  Build the config from the checkpoint's own with config_from_hf "
                      "(heads=False loads the encoder without the checkpoint's heads).")
-        raise ValueError("\n".join(lines))
+        raise DataError("\n".join(lines))
 
     dtype = jnp.dtype(config.param_dtype)
     flat: dict[str, Any] = {}
@@ -509,7 +510,7 @@ def _load(given: Mapping[str, Any], rows: list[_Row], config: BertConfig,
             fix = ("pass the checkpoint's num_labels (num_labels_from_hf of its config)"
                    if row.ours.startswith("classifier/")
                    else "build the config with config_from_hf")
-            raise ValueError(
+            raise DataError(
                 f"{caller}: {name!r} has shape {x.shape} but the config needs "
                 f"{row.shape(fmt)}; {fix}"
             )
@@ -565,7 +566,7 @@ def params_from_hf(state_dict: Mapping[str, Any], config: BertConfig, *,
             original = original if original.startswith("cls.") else prefix + original
             x, want = to_numpy(tied[copy]), to_numpy(given[original])
             if x.shape != want.shape or not np.array_equal(x, want):
-                raise ValueError(
+                raise DataError(
                     f"params_from_hf: {copy!r} differs from {original!r}: the checkpoint has an "
                     "untied MLM decoder, which BERT (decoder tied to the word embeddings) "
                     "cannot represent"

@@ -34,6 +34,7 @@ import numpy as np
 from flax import traverse_util
 
 from zoo.convert.arrays import listing, to_numpy
+from zoo.errors import DataError
 from zoo.models.gpt import GPTConfig
 
 # Shapes are written in symbols resolved from the config (`_dims`): V vocab, P positions, D model
@@ -106,14 +107,14 @@ def config_from_hf(hf_config: Mapping[str, Any] | Any, **overrides: Any) -> GPTC
     hf = dict(hf_config.to_dict() if hasattr(hf_config, "to_dict") else hf_config)
     model_type = hf.get("model_type", "gpt2")
     if model_type != "gpt2":
-        raise ValueError(f"config_from_hf: model_type={model_type!r}, not a GPT-2 config")
+        raise DataError(f"config_from_hf: model_type={model_type!r}, not a GPT-2 config")
     required = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")
     missing = [k for k in required if k not in hf]
     if missing:
-        raise ValueError(f"config_from_hf: the GPT-2 config lacks {missing}")
+        raise DataError(f"config_from_hf: the GPT-2 config lacks {missing}")
     for field, supported, why in _FIXED_OPTIONS:
         if field in hf and hf[field] not in supported:
-            raise ValueError(
+            raise DataError(
                 f"config_from_hf: {field}={hf[field]!r} is not supported ({why}); "
                 f"supported: {list(supported)}"
             )
@@ -125,13 +126,13 @@ def config_from_hf(hf_config: Mapping[str, Any] | Any, **overrides: Any) -> GPTC
         )
     resid, embd = hf.get("resid_pdrop", 0.1), hf.get("embd_pdrop", 0.1)
     if resid != embd and "dropout_rate" not in overrides:
-        raise ValueError(
+        raise DataError(
             f"config_from_hf: resid_pdrop={resid} != embd_pdrop={embd}, but GPT has one "
             "dropout_rate for both; pass dropout_rate=... to choose"
         )
     d, heads = hf["n_embd"], hf["n_head"]
     if d % heads:
-        raise ValueError(f"config_from_hf: n_embd={d} is not divisible by n_head={heads}")
+        raise DataError(f"config_from_hf: n_embd={d} is not divisible by n_head={heads}")
     kw = dict(
         vocab_size=hf["vocab_size"],
         max_len=hf["n_positions"],
@@ -239,7 +240,7 @@ def _strip_prefix(names: list[str]) -> tuple[dict[str, str], str]:
     prefixed = [n for n in body if n.startswith(_HF_PREFIX)]
     if prefixed and len(prefixed) != len(body):
         bare = [n for n in body if not n.startswith(_HF_PREFIX)]
-        raise ValueError(
+        raise DataError(
             f"params_from_hf: the state dict mixes '{_HF_PREFIX}'-prefixed names "
             f"({listing(prefixed, 3)}) with bare ones ({listing(bare, 3)}); pass the state "
             "dict of one model (GPT2LMHeadModel or GPT2Model)"
@@ -254,11 +255,11 @@ def _check_is_gpt2(bare: Mapping[str, str], expected: set[str]) -> None:
     for family, fragment in _OTHER_FAMILIES:
         hits = [given for given in bare.values() if fragment in given]
         if hits:
-            raise ValueError(
+            raise DataError(
                 f"params_from_hf: this is not a GPT-2 checkpoint: it looks like {family} "
                 f"(key {hits[0]!r}); use that family's converter"
             )
-    raise ValueError(
+    raise DataError(
         "params_from_hf: this is not a GPT-2 checkpoint: none of its keys is a GPT-2 parameter "
         f"name (expected e.g. wte.weight, h.0.attn.c_attn.weight); its keys: "
         f"{listing(bare.values(), 8) or '(none)'}"
@@ -297,7 +298,7 @@ def params_from_hf(state_dict: Mapping[str, Any], config: GPTConfig) -> dict[str
         if unexpected:
             lines.append(f"  unexpected keys: {listing(bare[k] for k in unexpected)}")
         lines.append("  Build the config from the checkpoint's own with config_from_hf.")
-        raise ValueError("\n".join(lines))
+        raise DataError("\n".join(lines))
 
     dtype = jnp.dtype(config.param_dtype)
     flat: dict[str, Any] = {}
@@ -305,7 +306,7 @@ def params_from_hf(state_dict: Mapping[str, Any], config: GPTConfig) -> dict[str
     for row in rows:
         x = to_numpy(given[bare[row.hf]])
         if x.shape != row.hf_shape:
-            raise ValueError(
+            raise DataError(
                 f"params_from_hf: {bare[row.hf]!r} has shape {x.shape} but the config needs "
                 f"{row.hf_shape}; build the config with config_from_hf"
             )
@@ -321,7 +322,7 @@ def params_from_hf(state_dict: Mapping[str, Any], config: GPTConfig) -> dict[str
     if _LM_HEAD in given:
         head, wte = to_numpy(given[_LM_HEAD]), flat["wte/embedding"]
         if head.shape != wte.shape or not np.array_equal(head.astype(dtype), wte):
-            raise ValueError(
+            raise DataError(
                 f"params_from_hf: {_LM_HEAD!r} differs from wte.weight: the checkpoint has an "
                 "untied output layer, which GPT (output tied to wte) cannot represent"
             )

@@ -35,6 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
+from zoo.errors import DataError, MissingFileError
+
 _MAGIC = 0xDB4775248B80FB57
 _FOOTER_SIZE = 48  # two BlockHandles padded to 2 x 20 bytes, then the 8-byte magic
 _TRAILER_SIZE = 5  # compression type byte + masked crc32c
@@ -75,7 +77,7 @@ class _Bundle:
         data = _read_file(index_path, "the checkpoint's index")
         records = _read_table(data, index_path)
         if not records or records[0][0] != _HEADER_KEY:
-            raise ValueError(
+            raise DataError(
                 f"{index_path} is an SSTable without a TensorBundle header (no '' key): not a "
                 "TensorFlow V2 checkpoint index; give the prefix of a checkpoint written by "
                 "tf.train.Saver / tf.train.Checkpoint"
@@ -150,20 +152,20 @@ def read_tf_checkpoint(prefix: str | os.PathLike, names: Iterable[str] | None = 
         entry = bundle.entries[name]
         _numpy_dtype(entry, bundle.index_path)  # unsupported dtypes fail before any reading
         if entry.sliced:
-            raise ValueError(
+            raise DataError(
                 f"{bundle.index_path}: tensor {name!r} is a partitioned variable (stored as "
                 "slices), which this reader does not assemble; restore it in TensorFlow and "
                 "re-save it unpartitioned, or pass names= without it"
             )
         if not 0 <= entry.shard_id < bundle.num_shards:
-            raise ValueError(f"{bundle.index_path}: tensor {name!r} names data shard "
-                             f"{entry.shard_id} of {bundle.num_shards}; the index is corrupt")
+            raise DataError(f"{bundle.index_path}: tensor {name!r} names data shard "
+                            f"{entry.shard_id} of {bundle.num_shards}; the index is corrupt")
         by_shard.setdefault(entry.shard_id, []).append(entry)
     arrays: dict[str, np.ndarray] = {}
     for shard_id, entries in sorted(by_shard.items()):
         path = bundle.data_path(shard_id)
         if not path.is_file():
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"{path} does not exist: the checkpoint {bundle.index_path.name} has "
                 f"{bundle.num_shards} data shard(s) ({bundle.data_path(0).name} ...); copy "
                 "every .data-*-of-* file beside the .index"
@@ -188,10 +190,10 @@ def _index_path(prefix: str | os.PathLike) -> Path:
     if path.is_dir():
         indexes = find_tf_checkpoints(path)
         if not indexes:
-            raise FileNotFoundError(f"{path} holds no TensorFlow checkpoint (no *.index file); "
-                                    "give the directory of a checkpoint or its prefix")
+            raise MissingFileError(f"{path} holds no TensorFlow checkpoint (no *.index file); "
+                                   "give the directory of a checkpoint or its prefix")
         if len(indexes) > 1:
-            raise ValueError(
+            raise DataError(
                 f"{path} holds {len(indexes)} TensorFlow checkpoints "
                 f"({', '.join(p.name for p in indexes)}); give the prefix of one, e.g. "
                 f"{indexes[-1].with_suffix('')} for {indexes[-1].name}"
@@ -206,14 +208,14 @@ def _index_path(prefix: str | os.PathLike) -> Path:
             "here; re-save it with tf.compat.v1.train.Saver (V2, the default)."
             if path.is_file() else
             " Give the prefix (dir/bert_model.ckpt), its .index file, or the directory.")
-    raise FileNotFoundError(f"TensorFlow checkpoint index {index} does not exist.{hint}")
+    raise MissingFileError(f"TensorFlow checkpoint index {index} does not exist.{hint}")
 
 
 def _read_file(path: Path, what: str) -> bytes:
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path} does not exist ({what})") from None
+        raise MissingFileError(f"{path} does not exist ({what})") from None
 
 
 # ---- the SSTable -------------------------------------------------------------------------------
@@ -222,12 +224,12 @@ def _read_file(path: Path, what: str) -> bytes:
 def _read_table(data: bytes, path: Path) -> list[tuple[bytes, bytes]]:
     """Every (key, value) of the SSTable in `data`, in order."""
     if len(data) < _FOOTER_SIZE:
-        raise ValueError(f"{path} is {len(data)} bytes, shorter than an SSTable footer "
-                         f"({_FOOTER_SIZE}): truncated or not a checkpoint index; re-copy it")
+        raise DataError(f"{path} is {len(data)} bytes, shorter than an SSTable footer "
+                        f"({_FOOTER_SIZE}): truncated or not a checkpoint index; re-copy it")
     footer = data[-_FOOTER_SIZE:]
     magic = struct.unpack("<Q", footer[-8:])[0]
     if magic != _MAGIC:
-        raise ValueError(
+        raise DataError(
             f"{path} does not end in the SSTable magic number (got {magic:#018x}, want "
             f"{_MAGIC:#018x}): the file is truncated or is not a TensorFlow checkpoint index; "
             "re-copy it"
@@ -251,26 +253,26 @@ def _block_records(data: bytes, handle: tuple[int, int], path: Path) -> list[tup
     offset, size = handle
     end = offset + size + _TRAILER_SIZE
     if end > len(data) - _FOOTER_SIZE:
-        raise ValueError(f"{path}: a block at bytes {offset}..{end} runs past the table's end "
-                         f"({len(data) - _FOOTER_SIZE}): the file is truncated or corrupt; "
-                         "re-copy it")
+        raise DataError(f"{path}: a block at bytes {offset}..{end} runs past the table's end "
+                        f"({len(data) - _FOOTER_SIZE}): the file is truncated or corrupt; "
+                        "re-copy it")
     block = data[offset: offset + size]
     compression = data[offset + size]
     stored = struct.unpack("<I", data[offset + size + 1: end])[0]
     if _unmask(stored) != crc32c(data[offset: offset + size + 1]):
-        raise ValueError(f"{path}: the block at byte {offset} fails its crc32c check: the file "
-                         "is corrupt; re-copy it")
+        raise DataError(f"{path}: the block at byte {offset} fails its crc32c check: the file "
+                        "is corrupt; re-copy it")
     if compression != 0:
         what = "snappy" if compression == 1 else f"type {compression}"
-        raise ValueError(f"{path}: the block at byte {offset} is {what}-compressed; "
-                         "TensorFlow checkpoint indexes are uncompressed, so this is not one "
-                         "(or was rewritten by another tool)")
+        raise DataError(f"{path}: the block at byte {offset} is {what}-compressed; "
+                        "TensorFlow checkpoint indexes are uncompressed, so this is not one "
+                        "(or was rewritten by another tool)")
     if size < 4:
-        raise ValueError(f"{path}: the block at byte {offset} is too short ({size} bytes)")
+        raise DataError(f"{path}: the block at byte {offset} is too short ({size} bytes)")
     num_restarts = struct.unpack("<I", block[-4:])[0]
     limit = size - 4 - 4 * num_restarts  # entries end where the restart array begins
     if limit < 0:
-        raise ValueError(f"{path}: the block at byte {offset} has a corrupt restart array")
+        raise DataError(f"{path}: the block at byte {offset} has a corrupt restart array")
     records = []
     pos, key = 0, b""
     while pos < limit:
@@ -278,7 +280,7 @@ def _block_records(data: bytes, handle: tuple[int, int], path: Path) -> list[tup
         unshared, pos = _varint(block, pos, path)
         value_size, pos = _varint(block, pos, path)
         if shared > len(key) or pos + unshared + value_size > limit:
-            raise ValueError(f"{path}: a corrupt entry in the block at byte {offset}")
+            raise DataError(f"{path}: a corrupt entry in the block at byte {offset}")
         key = key[:shared] + block[pos: pos + unshared]
         pos += unshared
         records.append((key, block[pos: pos + value_size]))
@@ -291,7 +293,7 @@ def _varint(buf: bytes, pos: int, path: Path) -> tuple[int, int]:
     result = shift = 0
     while True:
         if pos >= len(buf) or shift > 63:
-            raise ValueError(f"{path}: a varint runs past its record: the file is corrupt")
+            raise DataError(f"{path}: a varint runs past its record: the file is corrupt")
         byte = buf[pos]
         pos += 1
         result |= (byte & 0x7F) << shift
@@ -321,10 +323,10 @@ def _fields(buf: bytes, path: Path) -> list[tuple[int, int | bytes]]:
         elif wire_type == 5:
             value, pos = struct.unpack("<I", buf[pos: pos + 4])[0], pos + 4
         else:
-            raise ValueError(f"{path}: protobuf wire type {wire_type} in an index record: the "
-                             "file is corrupt or not a TensorBundle")
+            raise DataError(f"{path}: protobuf wire type {wire_type} in an index record: the "
+                            "file is corrupt or not a TensorBundle")
         if pos > len(buf):
-            raise ValueError(f"{path}: a protobuf field runs past its record: corrupt index")
+            raise DataError(f"{path}: a protobuf field runs past its record: corrupt index")
         fields.append((number, value))
     return fields
 
@@ -349,10 +351,10 @@ def _parse_header(buf: bytes, path: Path) -> tuple[int, bool]:
                 elif n == 3:
                     bad.append(v)
     if min_consumer > _TENSOR_BUNDLE_VERSION or _TENSOR_BUNDLE_VERSION in bad:
-        raise ValueError(f"{path}: checkpoint format version needs a reader of version "
-                         f">= {min_consumer}; this one reads version {_TENSOR_BUNDLE_VERSION}")
+        raise DataError(f"{path}: checkpoint format version needs a reader of version "
+                        f">= {min_consumer}; this one reads version {_TENSOR_BUNDLE_VERSION}")
     if num_shards < 1:
-        raise ValueError(f"{path}: the header says {num_shards} data shards: corrupt index")
+        raise DataError(f"{path}: the header says {num_shards} data shards: corrupt index")
     return num_shards, big_endian
 
 
@@ -370,7 +372,7 @@ def _parse_entry(name: str, buf: bytes, path: Path) -> _Entry:
                     sizes = [_signed(s) for k, s in _fields(v, path) if k == 1]
                     dims.append(sizes[0] if sizes else 0)
                 elif n == 3 and v:
-                    raise ValueError(f"{path}: tensor {name!r} has an unknown rank")
+                    raise DataError(f"{path}: tensor {name!r} has an unknown rank")
             kw["shape"] = tuple(dims)
         elif number in (3, 4, 5):
             kw[{3: "shard_id", 4: "offset", 5: "size"}[number]] = _signed(value)
@@ -379,8 +381,8 @@ def _parse_entry(name: str, buf: bytes, path: Path) -> _Entry:
         elif number == 7:
             kw["sliced"] = True
     if any(d < 0 for d in kw["shape"]) or kw["offset"] < 0 or kw["size"] < 0:
-        raise ValueError(f"{path}: tensor {name!r} has a negative dimension, offset or size: "
-                         "corrupt index")
+        raise DataError(f"{path}: tensor {name!r} has a negative dimension, offset or size: "
+                        "corrupt index")
     return _Entry(name=name, **kw)
 
 
@@ -391,8 +393,8 @@ def _numpy_dtype(entry: _Entry, path: Path) -> np.dtype:
     dtype = _DTYPES.get(entry.dtype)
     if dtype is None:
         what = _DTYPE_NAMES.get(entry.dtype, f"enum {entry.dtype}")
-        raise ValueError(f"{path}: tensor {entry.name!r} has TensorFlow dtype {what}, which has "
-                         "no numpy equivalent; pass names= without it")
+        raise DataError(f"{path}: tensor {entry.name!r} has TensorFlow dtype {what}, which has "
+                        "no numpy equivalent; pass names= without it")
     if dtype == "bfloat16":
         try:
             import ml_dtypes
@@ -405,7 +407,7 @@ def _numpy_dtype(entry: _Entry, path: Path) -> np.dtype:
 
 def _read_tensor(f, file_size: int, path: Path, entry: _Entry, bundle: _Bundle) -> np.ndarray:
     if entry.offset + entry.size > file_size:
-        raise ValueError(
+        raise DataError(
             f"{path} is {file_size} bytes but tensor {entry.name!r} lies at bytes "
             f"{entry.offset}..{entry.offset + entry.size}: the shard is truncated; re-copy it"
         )
@@ -415,12 +417,12 @@ def _read_tensor(f, file_size: int, path: Path, entry: _Entry, bundle: _Bundle) 
     if entry.dtype == _DT_STRING:
         return _strings(buf, entry, path)
     if entry.crc32c is not None and crc32c(buf) != _unmask(entry.crc32c):
-        raise ValueError(f"{path}: tensor {entry.name!r} fails its crc32c check: the data "
-                         "file is corrupt; re-copy it")
+        raise DataError(f"{path}: tensor {entry.name!r} fails its crc32c check: the data "
+                        "file is corrupt; re-copy it")
     dtype = _numpy_dtype(entry, bundle.index_path)
     count = int(np.prod(entry.shape, dtype=np.int64))
     if count * dtype.itemsize != entry.size:
-        raise ValueError(
+        raise DataError(
             f"{path}: tensor {entry.name!r} ({dtype}, shape {entry.shape}) needs "
             f"{count * dtype.itemsize} bytes but its entry says {entry.size}: corrupt index"
         )
@@ -440,19 +442,19 @@ def _strings(buf: bytearray, entry: _Entry, path: Path) -> np.ndarray:
         n, pos = _varint(data, pos, path)
         lengths.append(n)
     if pos + 4 + sum(lengths) != len(data):
-        raise ValueError(f"{path}: string tensor {entry.name!r} has {len(data)} bytes, not the "
-                         f"{pos + 4 + sum(lengths)} its lengths say: corrupt file; re-copy it")
+        raise DataError(f"{path}: string tensor {entry.name!r} has {len(data)} bytes, not the "
+                        f"{pos + 4 + sum(lengths)} its lengths say: corrupt file; re-copy it")
     widths = b"".join(struct.pack("<I" if n <= 0xFFFFFFFF else "<Q", n) for n in lengths)
     length_check = data[pos: pos + 4]
     crc = crc32c(widths)
     if _unmask(struct.unpack("<I", length_check)[0]) != crc:
-        raise ValueError(f"{path}: string tensor {entry.name!r} fails its length checksum: "
-                         "corrupt file; re-copy it")
+        raise DataError(f"{path}: string tensor {entry.name!r} fails its length checksum: "
+                        "corrupt file; re-copy it")
     pos += 4
     if entry.crc32c is not None and crc32c(data[pos:], crc32c(length_check, crc)) != _unmask(
             entry.crc32c):
-        raise ValueError(f"{path}: string tensor {entry.name!r} fails its crc32c check: "
-                         "corrupt file; re-copy it")
+        raise DataError(f"{path}: string tensor {entry.name!r} fails its crc32c check: "
+                        "corrupt file; re-copy it")
     out = np.empty(count, dtype=object)
     for i, n in enumerate(lengths):
         out[i] = data[pos: pos + n]

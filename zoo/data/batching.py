@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator, Sequence
 import grain
 import numpy as np
 
+from zoo.errors import ConfigError
+
 
 class _Rows(Sequence):
     """Random access to row i of a dict of equally long arrays (a grain data source)."""
@@ -30,7 +32,7 @@ def local_batch_size(batch_size: int, process_count: int, key: str) -> int:
     """This process's rows of a global batch; an error naming the config `key` unless the
     global batch is a positive multiple of the process count."""
     if batch_size < 1 or batch_size % process_count:
-        raise ValueError(
+        raise ConfigError(
             f"{key}={batch_size} must be a positive multiple of the process count "
             f"{process_count}"
         )
@@ -57,7 +59,7 @@ def train_iterator(
     local = local_batch_size(batch_size, process_count, "config.data.batch_size")
     n = len(_Rows(rows))
     if n < batch_size:
-        raise ValueError(
+        raise ConfigError(
             f"config.data.batch_size={batch_size} exceeds the {n} training rows; lower "
             "the batch size or seq_len, or add data"
         )
@@ -93,19 +95,19 @@ class _BucketedBatches(Sequence):
         self._rows, self._batch_size, self._seed = rows, batch_size, seed
         self._bounds = [int(b) for b in boundaries]
         if not self._bounds or any(b >= c for b, c in zip(self._bounds, self._bounds[1:])):
-            raise ValueError(f"config.data.length_buckets={list(boundaries)} must be strictly "
-                             "increasing lengths")
+            raise ConfigError(f"config.data.length_buckets={list(boundaries)} must be strictly "
+                              "increasing lengths")
         if lengths.max() > self._bounds[-1]:
-            raise ValueError(f"config.data.length_buckets ends at {self._bounds[-1]} but a row "
-                             f"has {lengths.max()} tokens; end it at the row length")
+            raise ConfigError(f"config.data.length_buckets ends at {self._bounds[-1]} but a row "
+                              f"has {lengths.max()} tokens; end it at the row length")
         # side='left': a length equal to a boundary falls in that boundary's bucket.
         bucket = np.searchsorted(np.asarray(self._bounds), lengths, side="left")
         self._buckets = [np.flatnonzero(bucket == k) for k in range(len(self._bounds))]
         self._per_epoch = sum(len(b) // batch_size for b in self._buckets)
         if not self._per_epoch:
-            raise ValueError(f"config.data.batch_size={batch_size} is more than any length "
-                             f"bucket's rows ({[len(b) for b in self._buckets]}); use fewer "
-                             "buckets or a smaller batch")
+            raise ConfigError(f"config.data.batch_size={batch_size} is more than any length "
+                              f"bucket's rows ({[len(b) for b in self._buckets]}); use fewer "
+                              "buckets or a smaller batch")
 
     def __len__(self) -> int:
         return self._per_epoch * self._EPOCHS

@@ -30,6 +30,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from zoo.errors import ConfigError, DataError, MissingFileError
+
 _log = logging.getLogger(__name__)
 
 # Auto-detection order of the text columns (GLUE / SuperGLUE / HF datasets names).
@@ -50,8 +52,8 @@ def _decoded(path: str) -> str:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
-        raise ValueError(f"{path}:{line}: invalid UTF-8 byte 0x{raw[e.start]:02x}; the file must "
-                         "be UTF-8 text (re-encode it, e.g. `iconv -t UTF-8`)") from None
+        raise DataError(f"{path}:{line}: invalid UTF-8 byte 0x{raw[e.start]:02x}; the file must "
+                        "be UTF-8 text (re-encode it, e.g. `iconv -t UTF-8`)") from None
 
 
 def _lines(text: str) -> list[str]:
@@ -68,40 +70,40 @@ def _resolve_columns(path: str, line: int, found: Sequence[str], text_a: str, te
     listed = ", ".join(repr(c) for c in found)
     if text_a:
         if text_a not in found:
-            raise ValueError(f"{path}:{line}: no {what} {text_a!r} (text_a); the {what}s found "
-                             f"are {listed}; pass the name of the first text's {what} as text_a "
-                             "(config.data.text_a)")
+            raise DataError(f"{path}:{line}: no {what} {text_a!r} (text_a); the {what}s found "
+                            f"are {listed}; pass the name of the first text's {what} as text_a "
+                            "(config.data.text_a)")
     else:
         present = [c for c in TEXT_A_COLUMNS if c in found]
         if not present:
             hint = (" (is the header row missing? GLUE's CoLA files have none: add one)"
                     if what == "column" else "")
-            raise ValueError(f"{path}:{line}: none of the {what}s {', '.join(TEXT_A_COLUMNS)} "
-                             f"is present{hint}; the {what}s found are {listed}; name the first "
-                             "text's with text_a (config.data.text_a)")
+            raise DataError(f"{path}:{line}: none of the {what}s {', '.join(TEXT_A_COLUMNS)} "
+                            f"is present{hint}; the {what}s found are {listed}; name the first "
+                            "text's with text_a (config.data.text_a)")
         text_a = present[0]
     if text_b.lower() == _NO_TEXT_B:
         text_b = ""
     elif text_b:
         if text_b not in found:
-            raise ValueError(f"{path}:{line}: no {what} {text_b!r} (text_b); the {what}s found "
-                             f"are {listed}; pass the second text's {what} as text_b "
-                             "(config.data.text_b), or text_b='none' for single-sentence tasks")
+            raise DataError(f"{path}:{line}: no {what} {text_b!r} (text_b); the {what}s found "
+                            f"are {listed}; pass the second text's {what} as text_b "
+                            "(config.data.text_b), or text_b='none' for single-sentence tasks")
     else:
         text_b = next((c for c in TEXT_B_COLUMNS if c in found and c != text_a), "")
         others = [c for c in TEXT_A_COLUMNS if c in found and c != text_a]
         if not text_b and others:
             # QNLI has "question" and "sentence": taking one as a single text would silently
             # drop the other.
-            raise ValueError(
+            raise DataError(
                 f"{path}:{line}: both {text_a!r} and {others[0]!r} could be the text; name them "
                 f"with text_a and text_b (QNLI: text_a='question', text_b='sentence'), or pass "
                 "text_b='none' for a single-sentence task")
     if label not in found:
         if require_labels:
-            raise ValueError(f"{path}:{line}: no label {what} {label!r}; the {what}s found are "
-                             f"{listed}; name the label's {what} with label (config.data.label; "
-                             "an unlabelled test file needs require_labels=False)")
+            raise DataError(f"{path}:{line}: no label {what} {label!r}; the {what}s found are "
+                            f"{listed}; name the label's {what} with label (config.data.label; "
+                            "an unlabelled test file needs require_labels=False)")
         label = ""
     return text_a, text_b, label
 
@@ -111,15 +113,15 @@ def _tsv_records(path: str, text: str, text_a: str, text_b: str, label: str,
     """(line, record) per data row, with record keys text_a / text_b / label / id."""
     lines = _lines(text)
     if not lines or not lines[0].strip():
-        raise ValueError(f"{path}: the file is empty; a TSV file needs a header row naming its "
-                         "columns, then one example per line")
+        raise DataError(f"{path}: the file is empty; a TSV file needs a header row naming its "
+                        "columns, then one example per line")
     # QUOTE_NONE, as GLUE's processors read: a '"' is an ordinary character of a sentence.
     rows = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
     header = next(rows)
     duplicated = sorted({c for c in header if header.count(c) > 1})
     if duplicated:
-        raise ValueError(f"{path}:1: the header names column(s) {duplicated} more than once; "
-                         "column names must be unique")
+        raise DataError(f"{path}:1: the header names column(s) {duplicated} more than once; "
+                        "column names must be unique")
     text_a, text_b, label = _resolve_columns(path, 1, header, text_a, text_b, label,
                                              require_labels, "column")
     index = {c: i for i, c in enumerate(header)}
@@ -128,7 +130,7 @@ def _tsv_records(path: str, text: str, text_a: str, text_b: str, label: str,
         if not fields:
             continue  # a blank line
         if len(fields) != len(header):
-            raise ValueError(
+            raise DataError(
                 f"{path}:{line}: {len(fields)} tab-separated fields, the header has "
                 f"{len(header)} ({', '.join(header)}); a text holding a tab or newline breaks a "
                 "TSV row: remove it from the text, or write the file as JSON Lines")
@@ -137,19 +139,19 @@ def _tsv_records(path: str, text: str, text_a: str, text_b: str, label: str,
                   "label": (fields[index[label]] or None) if label else None,
                   "id": fields[index[id_column]] if id_column else ""}
         if record["label"] is None and require_labels:
-            raise ValueError(f"{path}:{line}: the label column {label!r} is empty; every row "
-                             "needs a label (an unlabelled test file needs require_labels=False)")
+            raise DataError(f"{path}:{line}: the label column {label!r} is empty; every row "
+                            "needs a label (an unlabelled test file needs require_labels=False)")
         yield line, record
 
 
 def _json_text(path: str, line: int, obj: dict, key: str) -> str:
     if key not in obj:
-        raise ValueError(f"{path}:{line}: no key {key!r}; the keys are "
-                         f"{', '.join(repr(k) for k in obj)}; every line needs the same keys")
+        raise DataError(f"{path}:{line}: no key {key!r}; the keys are "
+                        f"{', '.join(repr(k) for k in obj)}; every line needs the same keys")
     value = obj[key]
     if not isinstance(value, str):
         # A bad file, not a bad argument: ValueError like every other input error.
-        raise ValueError(  # noqa: TRY004
+        raise DataError(  # noqa: TRY004
             f"{path}:{line}: key {key!r} must be a string (a text), found "
             f"{type(value).__name__} {value!r:.60}")
     return value
@@ -159,15 +161,15 @@ def _json_label(path: str, line: int, obj: dict, key: str, require_labels: bool)
     value = obj.get(key) if key else None
     if value is None:
         if require_labels:
-            raise ValueError(f"{path}:{line}: no label under key {key!r}; every line needs one "
-                             "(an unlabelled test file needs require_labels=False)")
+            raise DataError(f"{path}:{line}: no label under key {key!r}; every line needs one "
+                            "(an unlabelled test file needs require_labels=False)")
         return None
     if isinstance(value, bool):  # before int: bool is an int subclass, and str(True) is "True"
         return "true" if value else "false"
     if isinstance(value, (str, int)):
         return str(value)
-    raise ValueError(f"{path}:{line}: label key {key!r} must be a string or an integer class, "
-                     f"found {type(value).__name__} {value!r:.60}")
+    raise DataError(f"{path}:{line}: label key {key!r} must be a string or an integer class, "
+                    f"found {type(value).__name__} {value!r:.60}")
 
 
 def _jsonl_records(path: str, text: str, text_a: str, text_b: str, label: str,
@@ -179,11 +181,11 @@ def _jsonl_records(path: str, text: str, text_a: str, text_b: str, label: str,
         try:
             obj = json.loads(raw)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{line}:{e.colno}: invalid JSON: {e.msg}; a JSON Lines file "
-                             "holds one JSON object per line") from None
+            raise DataError(f"{path}:{line}:{e.colno}: invalid JSON: {e.msg}; a JSON Lines file "
+                            "holds one JSON object per line") from None
         if not isinstance(obj, dict):
             # A bad file, not a bad argument: ValueError like every other input error.
-            raise ValueError(  # noqa: TRY004
+            raise DataError(  # noqa: TRY004
                 f"{path}:{line}: a JSON {type(obj).__name__}, not an object; a JSON "
                 "Lines file holds one object per line (not one array of them)")
         if columns is None:  # the first record's keys name the fields of every record
@@ -193,7 +195,7 @@ def _jsonl_records(path: str, text: str, text_a: str, text_b: str, label: str,
         own_id = next((obj[k] for k in _ID_COLUMNS if k in obj), "")
         if not isinstance(own_id, (str, int)) or isinstance(own_id, bool):
             # A bad file, not a bad argument: ValueError like every other input error.
-            raise ValueError(  # noqa: TRY004
+            raise DataError(  # noqa: TRY004
                 f"{path}:{line}: the id must be a string or integer, found "
                 f"{type(own_id).__name__} {own_id!r:.60}")
         yield line, {"text_a": _json_text(path, line, obj, key_a),
@@ -201,8 +203,8 @@ def _jsonl_records(path: str, text: str, text_a: str, text_b: str, label: str,
                      "label": _json_label(path, line, obj, key_label, require_labels),
                      "id": str(own_id)}
     if columns is None:
-        raise ValueError(f"{path}: the file is empty; a JSON Lines file holds one JSON object "
-                         "per line")
+        raise DataError(f"{path}: the file is empty; a JSON Lines file holds one JSON object "
+                        "per line")
 
 
 def read_examples(path: str | os.PathLike, *, text_a: str = "", text_b: str = "",
@@ -234,12 +236,12 @@ def read_examples(path: str | os.PathLike, *, text_a: str = "", text_b: str = ""
     text_a, text_b = text_a or "", text_b or ""  # None from a config means "detect"
     kind = _FORMATS.get(os.path.splitext(path)[1].lower())
     if kind is None:
-        raise ValueError(f"{path}: cannot tell the format from the extension; name the file "
-                         ".tsv (GLUE-style, with a header row) or .jsonl (JSON Lines)")
+        raise DataError(f"{path}: cannot tell the format from the extension; name the file "
+                        ".tsv (GLUE-style, with a header row) or .jsonl (JSON Lines)")
     try:
         text = _decoded(path)
     except FileNotFoundError:
-        raise FileNotFoundError(f"classification data file {path} does not exist") from None
+        raise MissingFileError(f"classification data file {path} does not exist") from None
     reader = _tsv_records if kind == "tsv" else _jsonl_records
     basename = os.path.basename(path)
     examples: list[dict] = []
@@ -253,9 +255,9 @@ def read_examples(path: str | os.PathLike, *, text_a: str = "", text_b: str = ""
             continue
         example_id = record["id"] or f"{basename}:{line}"
         if example_id in seen:
-            raise ValueError(f"{path}:{line}: duplicate id {example_id!r}, first seen on line "
-                             f"{seen[example_id]}; ids must be unique (predictions are keyed "
-                             "by them)")
+            raise DataError(f"{path}:{line}: duplicate id {example_id!r}, first seen on line "
+                            f"{seen[example_id]}; ids must be unique (predictions are keyed "
+                            "by them)")
         seen[example_id] = line
         examples.append({"id": example_id, "text_a": record["text_a"],
                          "text_b": record["text_b"], "label": record["label"]})
@@ -264,8 +266,8 @@ def read_examples(path: str | os.PathLike, *, text_a: str = "", text_b: str = ""
                      len(empty), total, ", ".join(map(str, empty[:_MAX_SHOWN])),
                      ", ..." if len(empty) > _MAX_SHOWN else "")
     if not examples:
-        raise ValueError(f"{path}: no examples ({total} rows read, {len(empty)} with an empty "
-                         "first text); the file needs at least one row after the header")
+        raise DataError(f"{path}: no examples ({total} rows read, {len(empty)} with an empty "
+                        "first text); the file needs at least one row after the header")
     return examples
 
 
@@ -285,16 +287,16 @@ def label_vocabulary(examples: Sequence[dict], labels: str | Sequence[str] = ""
         given = [str(x) for x in labels]
     if given:
         if any(not x for x in given):
-            raise ValueError(f"labels={labels!r} holds an empty label; list them separated by "
-                             "commas, e.g. 'entailment,neutral,contradiction'")
+            raise ConfigError(f"labels={labels!r} holds an empty label; list them separated by "
+                              "commas, e.g. 'entailment,neutral,contradiction'")
         duplicated = sorted({x for x in given if given.count(x) > 1})
         if duplicated:
-            raise ValueError(f"labels={labels!r} lists {duplicated} more than once")
+            raise ConfigError(f"labels={labels!r} lists {duplicated} more than once")
         return tuple(given)
     found = {ex["label"] for ex in examples if ex["label"] is not None}
     if not found:
-        raise ValueError("the examples have no labels to build the label list from; pass the "
-                         "labels explicitly (config.data.labels)")
+        raise ConfigError("the examples have no labels to build the label list from; pass the "
+                          "labels explicitly (config.data.labels)")
     try:
         return tuple(sorted(found, key=int))
     except ValueError:
@@ -329,7 +331,7 @@ def featurize(examples: Sequence[dict], tokenizer, max_seq_length: int,
     pairs = any(ex["text_b"] is not None for ex in examples)
     low = 4 if pairs else 3
     if not isinstance(max_seq_length, (int, np.integer)) or max_seq_length < low:
-        raise ValueError(
+        raise ConfigError(
             f"max_seq_length={max_seq_length!r} must be an int >= {low}: [CLS] and "
             f"{'two [SEP]' if pairs else '[SEP]'} leave no room for text below that")
     L = int(max_seq_length)
@@ -344,7 +346,7 @@ def featurize(examples: Sequence[dict], tokenizer, max_seq_length: int,
         label = example["label"]
         if label is not None:
             if label not in index:
-                raise ValueError(
+                raise DataError(
                     f"example {example['id']!r} has label {label!r}, which is not among the "
                     f"known labels {list(label_list)}; list every label in config.data.labels")
             labels[row] = index[label]

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Sequence
 
 import regex
 
+from zoo.errors import DataError, MissingFileError
+
 ENDOFTEXT = "<|endoftext|>"
 VOCAB_FILE, MERGES_FILE = "vocab.json", "merges.txt"
 # GPT-2's pre-tokenisation pattern (openai/gpt-2 src/encoder.py), verbatim.
@@ -59,19 +61,19 @@ class GPT2Tokenizer:
         self._encoder = dict(vocab)
         self._decoder = {i: token for token, i in self._encoder.items()}
         if len(self._decoder) != len(self._encoder):
-            raise ValueError(f"{source}: vocab.json maps two tokens to one id")
+            raise DataError(f"{source}: vocab.json maps two tokens to one id")
         self._ranks = {pair: rank for rank, pair in enumerate(merges)}
         if ENDOFTEXT not in self._encoder:
-            raise ValueError(f"{source}: vocab.json has no {ENDOFTEXT} token; this is not a "
-                             "GPT-2 vocabulary")
+            raise DataError(f"{source}: vocab.json has no {ENDOFTEXT} token; this is not a "
+                            "GPT-2 vocabulary")
         self.bos_id = self.eos_id = self.pad_id = self._encoder[ENDOFTEXT]
         self.special_ids = (self.eos_id,)
         self._byte_to_char = bytes_to_unicode()
         self._char_to_byte = {c: b for b, c in self._byte_to_char.items()}
         missing = [c for c in self._byte_to_char.values() if c not in self._encoder]
         if missing:
-            raise ValueError(f"{source}: vocab.json lacks {len(missing)} of the 256 byte "
-                             f"symbols (e.g. {missing[0]!r}); a byte-level vocabulary needs all")
+            raise DataError(f"{source}: vocab.json lacks {len(missing)} of the 256 byte "
+                            f"symbols (e.g. {missing[0]!r}); a byte-level vocabulary needs all")
 
     @classmethod
     def from_directory(cls, directory: str) -> "GPT2Tokenizer":
@@ -80,13 +82,13 @@ class GPT2Tokenizer:
         merges_path = os.path.join(directory, MERGES_FILE)
         for path in (vocab_path, merges_path):
             if not os.path.isfile(path):
-                raise FileNotFoundError(f"GPT-2 tokenizer: {path} does not exist; a GPT-2 "
-                                        f"directory holds {VOCAB_FILE} and {MERGES_FILE}")
+                raise MissingFileError(f"GPT-2 tokenizer: {path} does not exist; a GPT-2 "
+                                       f"directory holds {VOCAB_FILE} and {MERGES_FILE}")
         with open(vocab_path, encoding="utf-8") as f:
             try:
                 vocab = json.load(f)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{vocab_path}: not valid JSON ({e})") from e
+                raise DataError(f"{vocab_path}: not valid JSON ({e})") from e
         merges = []
         with open(merges_path, encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
@@ -95,8 +97,8 @@ class GPT2Tokenizer:
                     continue
                 pair = line.split(" ")
                 if len(pair) != 2:
-                    raise ValueError(f"{merges_path}:{number}: a merge is two symbols separated "
-                                     f"by one space, got {line!r}")
+                    raise DataError(f"{merges_path}:{number}: a merge is two symbols separated "
+                                    f"by one space, got {line!r}")
                 merges.append((pair[0], pair[1]))
         return cls(vocab, merges, source=directory)
 

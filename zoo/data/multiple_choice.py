@@ -27,6 +27,7 @@ import random
 
 from zoo.data import synthetic_classification
 from zoo.data.classification import _decoded, _lines
+from zoo.errors import ConfigError, DataError, MissingFileError
 
 CONTEXT_COLUMNS = ("context", "premise", "question", "sentence", "text", "startphrase")
 _FORMATS = {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
@@ -35,49 +36,49 @@ _ID_COLUMNS = ("id", "idx", "index")
 
 def _label(path: str, line: int, value, k: int) -> str:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(  # noqa: TRY004  (a bad file, not a bad argument)
+        raise DataError(  # noqa: TRY004  (a bad file, not a bad argument)
             f"{path}:{line}: the label must be the right option's index, found "
             f"{type(value).__name__} {value!r:.60}")
     text = str(value).strip()
     if not text.isdigit() or int(text) >= k:
-        raise ValueError(f"{path}:{line}: label {value!r} is not an option index 0..{k - 1}; "
-                         "the label names the right option by its 0-based position")
+        raise DataError(f"{path}:{line}: label {value!r} is not an option index 0..{k - 1}; "
+                        "the label names the right option by its 0-based position")
     return str(int(text))
 
 
 def _context_key(path: str, line: int, found: list[str], context: str) -> str:
     if context:
         if context not in found:
-            raise ValueError(f"{path}:{line}: no column/key {context!r} (the context); found "
-                             f"{found}")
+            raise DataError(f"{path}:{line}: no column/key {context!r} (the context); found "
+                            f"{found}")
         return context
     present = [c for c in CONTEXT_COLUMNS if c in found]
     if not present:
-        raise ValueError(f"{path}:{line}: none of {', '.join(CONTEXT_COLUMNS)} is present; "
-                         f"found {found}; name the context's column/key with text_a")
+        raise DataError(f"{path}:{line}: none of {', '.join(CONTEXT_COLUMNS)} is present; "
+                        f"found {found}; name the context's column/key with text_a")
     return present[0]
 
 
 def _tsv(path: str, text: str, context: str, choices: list[str], label: str):
     lines = _lines(text)
     if not lines or not lines[0].strip():
-        raise ValueError(f"{path}: the file is empty; a TSV file needs a header row, then one "
-                         "example per line")
+        raise DataError(f"{path}: the file is empty; a TSV file needs a header row, then one "
+                        "example per line")
     rows = csv.reader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
     header = next(rows)
     context = _context_key(path, 1, header, context)
     missing = [c for c in choices + [label] if c not in header]
     if missing:
-        raise ValueError(f"{path}:1: no column(s) {missing}; the columns are {header}; name the "
-                         "options with choices='a,b,...' and the answer's index with label")
+        raise DataError(f"{path}:1: no column(s) {missing}; the columns are {header}; name the "
+                        "options with choices='a,b,...' and the answer's index with label")
     index = {c: i for i, c in enumerate(header)}
     id_column = next((c for c in _ID_COLUMNS if c in index), "")
     for line, fields in enumerate(rows, start=2):
         if not fields:
             continue
         if len(fields) != len(header):
-            raise ValueError(f"{path}:{line}: {len(fields)} tab-separated fields, the header has "
-                             f"{len(header)}; a text holding a tab breaks a TSV row (use JSONL)")
+            raise DataError(f"{path}:{line}: {len(fields)} tab-separated fields, the header has "
+                            f"{len(header)}; a text holding a tab breaks a TSV row (use JSONL)")
         yield line, {"id": fields[index[id_column]] if id_column else "",
                      "context": fields[index[context]],
                      "options": [fields[index[c]] for c in choices],
@@ -92,23 +93,23 @@ def _jsonl(path: str, text: str, context: str, choices: list[str], label: str):
         try:
             obj = json.loads(raw)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{line}:{e.colno}: invalid JSON: {e.msg}; a JSON Lines "
-                             "file holds one object per line") from None
+            raise DataError(f"{path}:{line}:{e.colno}: invalid JSON: {e.msg}; a JSON Lines "
+                            "file holds one object per line") from None
         if not isinstance(obj, dict):
-            raise ValueError(  # noqa: TRY004  (a bad file, not a bad argument)
+            raise DataError(  # noqa: TRY004  (a bad file, not a bad argument)
                 f"{path}:{line}: a JSON {type(obj).__name__}, not an object")
         if key is None:
             key = _context_key(path, line, list(obj), context)
         missing = [k for k in [key, *choices, label] if k not in obj]
         if missing:
-            raise ValueError(f"{path}:{line}: no key(s) {missing}; the keys are {list(obj)}")
+            raise DataError(f"{path}:{line}: no key(s) {missing}; the keys are {list(obj)}")
         options = obj[choices[0]] if len(choices) == 1 else [obj[c] for c in choices]
         if (not isinstance(options, list) or len(options) < 2
                 or not all(isinstance(o, str) for o in options)):
-            raise ValueError(f"{path}:{line}: the options ({', '.join(choices)}) must be two or "
-                             f"more strings, found {options!r:.80}")
+            raise DataError(f"{path}:{line}: the options ({', '.join(choices)}) must be two or "
+                            f"more strings, found {options!r:.80}")
         if not isinstance(obj[key], str):
-            raise ValueError(f"{path}:{line}: the context {key!r} must be a string")  # noqa: TRY004
+            raise DataError(f"{path}:{line}: the context {key!r} must be a string")  # noqa: TRY004
         own_id = next((obj[k] for k in _ID_COLUMNS if k in obj), "")
         yield line, {"id": str(own_id), "context": obj[key], "options": options,
                      "label": _label(path, line, obj[label], len(options))}
@@ -136,30 +137,30 @@ def read_examples(path: str | os.PathLike, *, choices: str, context: str = "",
     path = os.fspath(path)
     names = [c.strip() for c in choices.split(",") if c.strip()]
     if not names:
-        raise ValueError("choices is empty; name the option columns ('ending0,ending1') or the "
-                         "JSONL key holding the list of options")
+        raise ConfigError("choices is empty; name the option columns ('ending0,ending1') or the "
+                          "JSONL key holding the list of options")
     kind = _FORMATS.get(os.path.splitext(path)[1].lower())
     if kind is None:
-        raise ValueError(f"{path}: cannot tell the format from the extension; name the file "
-                         ".tsv or .jsonl")
+        raise DataError(f"{path}: cannot tell the format from the extension; name the file "
+                        ".tsv or .jsonl")
     if kind == "tsv" and len(names) < 2:
-        raise ValueError(f"{path}: a TSV file needs two or more option columns in choices, got "
-                         f"{names}")
+        raise ConfigError(f"{path}: a TSV file needs two or more option columns in choices, got "
+                          f"{names}")
     try:
         text = _decoded(path)
     except FileNotFoundError:
-        raise FileNotFoundError(f"multiple-choice data file {path} does not exist") from None
+        raise MissingFileError(f"multiple-choice data file {path} does not exist") from None
     reader = _tsv if kind == "tsv" else _jsonl
     examples, seen = [], {}
     for line, record in reader(path, text, context, names, label):
         record["id"] = record["id"] or f"{os.path.basename(path)}:{line}"
         if record["id"] in seen:
-            raise ValueError(f"{path}:{line}: duplicate id {record['id']!r}, first seen on line "
-                             f"{seen[record['id']]}")
+            raise DataError(f"{path}:{line}: duplicate id {record['id']!r}, first seen on line "
+                            f"{seen[record['id']]}")
         seen[record["id"]] = line
         examples.append(record)
     if not examples:
-        raise ValueError(f"{path}: no examples; the file needs at least one row")
+        raise DataError(f"{path}: no examples; the file needs at least one row")
     return examples
 
 

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from zoo.errors import ConfigError, DataError
+
 
 def pack_lm_rows(sequences: Sequence[Sequence[int]], seq_len: int) -> dict[str, np.ndarray]:
     """Packs token sequences into LM rows.
@@ -25,10 +27,10 @@ def pack_lm_rows(sequences: Sequence[Sequence[int]], seq_len: int) -> dict[str, 
       row), and float32 `weights` (1 where the target continues the same document).
     """
     if seq_len < 1:
-        raise ValueError(f"seq_len must be >= 1, got {seq_len}")
+        raise ConfigError(f"seq_len must be >= 1, got {seq_len}")
     lengths = np.array([len(s) for s in sequences], dtype=np.int64)
     if lengths.sum() < 2:
-        raise ValueError(
+        raise DataError(
             "pack_lm_rows: the corpus has fewer than 2 tokens in total; nothing to train on "
             "(check that the data source is not empty)"
         )

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from zoo.errors import ConfigError, DataError, MissingFileError
+
 _log = logging.getLogger(__name__)
 
 _MAX_SHOWN = 5  # line numbers named in one summary warning
@@ -37,19 +39,19 @@ def _decoded_lines(path: str) -> list[str]:
         with open(path, "rb") as f:
             raw = f.read()
     except FileNotFoundError:
-        raise FileNotFoundError(f"parallel text file {path} does not exist") from None
+        raise MissingFileError(f"parallel text file {path} does not exist") from None
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
-        raise ValueError(f"{path}:{line}: invalid UTF-8 byte 0x{raw[e.start]:02x}; the file must "
-                         "be UTF-8 text (re-encode it, e.g. `iconv -t UTF-8`)") from None
+        raise DataError(f"{path}:{line}: invalid UTF-8 byte 0x{raw[e.start]:02x}; the file must "
+                        "be UTF-8 text (re-encode it, e.g. `iconv -t UTF-8`)") from None
     # split("\n"), not splitlines(): the latter also breaks on \x0c, \u2028, ... inside a text.
     lines = [line.removesuffix("\r") for line in text.split("\n")]
     if lines[-1] == "":
         lines.pop()
     if not lines:
-        raise ValueError(f"{path}: the file is empty; expected one sentence (pair) per line")
+        raise DataError(f"{path}: the file is empty; expected one sentence (pair) per line")
     return lines
 
 
@@ -63,7 +65,7 @@ def _tsv_pairs(path: str, source_column: int, target_column: int
         fields = text.split("\t")
         if len(fields) < needed:
             what = "no tab" if len(fields) == 1 else f"{len(fields)} tab-separated fields"
-            raise ValueError(
+            raise DataError(
                 f"{path}:{line}: {what}, but source_column={source_column} and "
                 f"target_column={target_column} need {needed} fields; write one pair per line "
                 "as source<TAB>target (a text holding a tab breaks the row: write two aligned "
@@ -74,7 +76,7 @@ def _tsv_pairs(path: str, source_column: int, target_column: int
 def _two_file_pairs(source: str, target: str) -> Iterator[tuple[int, str, str]]:
     source_lines, target_lines = _decoded_lines(source), _decoded_lines(target)
     if len(source_lines) != len(target_lines):
-        raise ValueError(
+        raise DataError(
             f"{source} has {len(source_lines)} lines but {target} has {len(target_lines)}; "
             "aligned files need one line per sentence in both (line "
             f"{min(len(source_lines), len(target_lines)) + 1} is the first without a partner)")
@@ -105,14 +107,14 @@ def read_parallel(source: str | os.PathLike, *, target_file: str | os.PathLike =
     target_path = os.fspath(target_file) if target_file else ""
     for name, value in (("source_column", source_column), ("target_column", target_column)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"{name}={value!r} must be a column index >= 0")
+            raise ConfigError(f"{name}={value!r} must be a column index >= 0")
     if source_column == target_column:
-        raise ValueError(f"source_column and target_column are both {source_column}; a pair "
-                         "needs two different columns")
+        raise ConfigError(f"source_column and target_column are both {source_column}; a pair "
+                          "needs two different columns")
     if target_path:
         if (source_column, target_column) != (0, 1):
-            raise ValueError("source_column / target_column apply to a TSV file only; with "
-                             "target_file each file holds one text per line")
+            raise ConfigError("source_column / target_column apply to a TSV file only; with "
+                              "target_file each file holds one text per line")
         rows, where = _two_file_pairs(path, target_path), f"{path} / {target_path}"
     else:
         rows, where = _tsv_pairs(path, source_column, target_column), path
@@ -129,8 +131,8 @@ def read_parallel(source: str | os.PathLike, *, target_file: str | os.PathLike =
                      where, len(empty), total, ", ".join(map(str, empty[:_MAX_SHOWN])),
                      ", ..." if len(empty) > _MAX_SHOWN else "")
     if not pairs:
-        raise ValueError(f"{where}: no sentence pairs ({total} lines, all with an empty source "
-                         "or target)")
+        raise DataError(f"{where}: no sentence pairs ({total} lines, all with an empty source "
+                        "or target)")
     return pairs
 
 
@@ -162,8 +164,8 @@ def read_parallel_tfds(name: str, split: str, data_dir: str = "", *, source_lang
     features = sorted(builder.info.features.keys())
     for key, lang in (("source_lang", source_lang), ("target_lang", target_lang)):
         if lang not in features:
-            raise ValueError(f"TFDS dataset {name!r} has no language feature {lang!r}; its "
-                             f"features are {', '.join(features)}: set config.data.{key}")
+            raise ConfigError(f"TFDS dataset {name!r} has no language feature {lang!r}; its "
+                              f"features are {', '.join(features)}: set config.data.{key}")
     records = tfds_source.open_split(builder, name, split)
     count = len(records) if not max_records else min(max_records, len(records))
     pairs, skipped = [], 0
@@ -180,7 +182,7 @@ def read_parallel_tfds(name: str, split: str, data_dir: str = "", *, source_lang
         _log.warning("TFDS dataset %r split %r: skipped %d of %d records with an empty side or "
                      "a line break", name, split, skipped, count)
     if not pairs:
-        raise ValueError(f"TFDS dataset {name!r} split {split!r}: no sentence pairs")
+        raise DataError(f"TFDS dataset {name!r} split {split!r}: no sentence pairs")
     return pairs
 
 
@@ -259,14 +261,14 @@ def encode_pairs(pairs: Sequence[tuple[str, str]], tokenizer, max_source_len: in
     """
     for name, value in (("max_source_len", max_source_len), ("max_target_len", max_target_len)):
         if not isinstance(value, (int, np.integer)) or value < 2:
-            raise ValueError(f"{name}={value!r} must be an int >= 2: one token plus "
-                             f"{'EOS' if name == 'max_source_len' else 'BOS / EOS'}")
+            raise ConfigError(f"{name}={value!r} must be an int >= 2: one token plus "
+                              f"{'EOS' if name == 'max_source_len' else 'BOS / EOS'}")
     missing = [a for a in ("encode_batch", "pad_id", "bos_id", "eos_id")
                if not hasattr(tokenizer, a)]
     if missing:
-        raise ValueError(f"tokenizer {type(tokenizer).__name__} has no {', '.join(missing)}; "
-                         "translation needs BOS/EOS ids: use a SentencePiece model "
-                         "(zoo.data.tokenizers.train_sentencepiece / load_tokenizer)")
+        raise ConfigError(f"tokenizer {type(tokenizer).__name__} has no {', '.join(missing)}; "
+                          "translation needs BOS/EOS ids: use a SentencePiece model "
+                          "(zoo.data.tokenizers.train_sentencepiece / load_tokenizer)")
     S, T = int(max_source_len), int(max_target_len)
     n = len(pairs)
     pad, bos, eos = tokenizer.pad_id, tokenizer.bos_id, tokenizer.eos_id

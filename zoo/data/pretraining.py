@@ -41,6 +41,7 @@ import grain
 import numpy as np
 
 from zoo.data.batching import local_batch_size
+from zoo.errors import ConfigError, DataError
 
 _FORMAT_VERSION = 1
 # Tags the dynamic-masking rng stream so it never coincides with another use of the same seed.
@@ -91,16 +92,16 @@ class Settings:
         _check_max_seq_length(self.max_seq_length)
         _check_max_predictions(self.max_predictions_per_seq)
         if not 0.0 < self.masked_lm_prob <= 1.0:
-            raise ValueError(f"masked_lm_prob={self.masked_lm_prob!r} must be in (0, 1]")
+            raise ConfigError(f"masked_lm_prob={self.masked_lm_prob!r} must be in (0, 1]")
         if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise ValueError(f"short_seq_prob={self.short_seq_prob!r} must be in [0, 1]")
+            raise ConfigError(f"short_seq_prob={self.short_seq_prob!r} must be in [0, 1]")
         if not isinstance(self.dupe_factor, int) or self.dupe_factor < 1:
-            raise ValueError(f"dupe_factor={self.dupe_factor!r} must be a positive int")
+            raise ConfigError(f"dupe_factor={self.dupe_factor!r} must be a positive int")
 
 
 def _check_max_seq_length(max_seq_length) -> None:
     if not isinstance(max_seq_length, (int, np.integer)) or max_seq_length < 8:
-        raise ValueError(
+        raise ConfigError(
             f"max_seq_length={max_seq_length!r} must be an int >= 8: [CLS] A [SEP] B [SEP] "
             "needs room for two non-trivial segments"
         )
@@ -108,7 +109,7 @@ def _check_max_seq_length(max_seq_length) -> None:
 
 def _check_max_predictions(max_predictions_per_seq) -> None:
     if not isinstance(max_predictions_per_seq, (int, np.integer)) or max_predictions_per_seq < 1:
-        raise ValueError(
+        raise ConfigError(
             f"max_predictions_per_seq={max_predictions_per_seq!r} must be an int >= 1"
         )
 
@@ -177,7 +178,7 @@ def _check_pairable(docs: list[list[np.ndarray]], source: str) -> np.ndarray:
     """Sorted indices of the non-empty documents, after checking NSP can make pairs."""
     nonempty = np.array([d for d, doc in enumerate(docs) if doc], np.int64)
     if len(nonempty) < 2 or max(len(docs[d]) for d in nonempty) < 2:
-        raise ValueError(
+        raise DataError(
             f"{source}: {len(nonempty)} non-empty documents, none with 2 or more sentences; "
             "next-sentence prediction needs at least 2 documents and some of several sentences "
             "(text format: one sentence per line, a blank line between documents)"
@@ -403,7 +404,7 @@ def _random_non_special(rng, k, vocab_size, specials) -> np.ndarray:
     """k ids uniform over [0, vocab_size) minus the specials, without a vocabulary-size table."""
     specials = [s for s in specials if s < vocab_size]
     if vocab_size - len(specials) < 1:
-        raise ValueError(f"vocab_size={vocab_size} leaves no non-special token to sample")
+        raise ConfigError(f"vocab_size={vocab_size} leaves no non-special token to sample")
     x = rng.integers(vocab_size - len(specials), size=k)
     # The x-th non-special id is x + #{specials at or below it}; with the ascending specials s_j
     # that count is #{j : s_j - j <= x}.
@@ -538,9 +539,9 @@ def prepare(
       A memory-mapped PretrainingSource over the shards.
     """
     if not isinstance(num_shards, int) or num_shards < 1:
-        raise ValueError(f"num_shards={num_shards!r} must be a positive int")
+        raise ConfigError(f"num_shards={num_shards!r} must be a positive int")
     if tokenizer.pad_id != 0:
-        raise ValueError(f"tokenizer pad_id is {tokenizer.pad_id}; features are padded with 0")
+        raise DataError(f"tokenizer pad_id is {tokenizer.pad_id}; features are padded with 0")
     probes = [s for doc in documents[:8] for s in doc][:64]
     key_parts = {
         "format": _FORMAT_VERSION,
@@ -700,8 +701,8 @@ class PretrainingSource:
         return f"PretrainingSource({self.path!r}, {len(self)} examples)"
 
 
-def _corrupt(path: str, detail: str) -> ValueError:
-    return ValueError(
+def _corrupt(path: str, detail: str) -> DataError:
+    return DataError(
         f"pretraining cache {path} is incomplete or corrupt ({detail}); delete the directory "
         f"{path} and run again to regenerate it"
     )
@@ -755,7 +756,7 @@ def train_iterator(
     """
     local = local_batch_size(batch_size, process_count, "config.data.batch_size")
     if len(source) < batch_size:
-        raise ValueError(
+        raise ConfigError(
             f"config.data.batch_size={batch_size} exceeds the {len(source)} examples of "
             f"{source.path}; lower the batch size or add data"
         )

@@ -11,6 +11,7 @@ import os
 import ml_collections
 
 from zoo.data import synthetic
+from zoo.errors import ConfigError, MissingFileError
 
 Documents = list[list[str]]
 _SPLITS = ("train", "validation", "test")
@@ -35,7 +36,7 @@ def expand_files(patterns: str, key: str) -> list[str]:
                 subdirs[:] = [d for d in subdirs if not d.startswith(".")]
                 files.update(os.path.join(directory, n) for n in names if not n.startswith("."))
     if not files:
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"{key}={patterns!r} matches no files; give comma-separated paths, globs or "
             "directories of text files (one sentence per line, a blank line between documents)"
         )
@@ -63,6 +64,6 @@ def load_documents(cfg: ml_collections.ConfigDict, split: str) -> Documents:
         from zoo.data import tfds_source
 
         return tfds_source.load_documents(cfg, split)
-    raise ValueError(
+    raise ConfigError(
         f"config.data.source must be 'synthetic', 'text' or 'tfds', got {cfg.source!r}"
     )

@@ -29,6 +29,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from zoo.errors import ConfigError, DataError, MissingFileError
+
 _log = logging.getLogger(__name__)
 
 # Feature name -> dtype; every array has a leading window axis N (L = max_seq_length).
@@ -71,8 +73,8 @@ def load_squad(source: str | os.PathLike, split: str = "train", data_dir: str = 
     """
     path = os.fspath(source)
     if os.path.isdir(path):
-        raise ValueError(f"SQuAD source {path} is a directory; pass one JSON file (e.g. "
-                         f"{os.path.join(path, 'dev-v2.0.json')}) or a TFDS name ('squad/v2.0')")
+        raise ConfigError(f"SQuAD source {path} is a directory; pass one JSON file (e.g. "
+                          f"{os.path.join(path, 'dev-v2.0.json')}) or a TFDS name ('squad/v2.0')")
     if path.endswith(".json") or os.path.isfile(path):
         return read_squad_json(path)
     return read_squad_tfds(path, split, data_dir)
@@ -85,16 +87,16 @@ def read_squad_json(path: str | os.PathLike) -> list[dict]:
         with open(path, "rb") as f:
             raw = f.read()
     except FileNotFoundError:
-        raise FileNotFoundError(f"SQuAD file {path} does not exist") from None
+        raise MissingFileError(f"SQuAD file {path} does not exist") from None
     try:
         dataset = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError as e:
-        raise ValueError(f"{path}: invalid UTF-8 byte 0x{raw[e.start]:02x} at byte {e.start}; "
-                         "SQuAD files are UTF-8 JSON") from None
+        raise DataError(f"{path}: invalid UTF-8 byte 0x{raw[e.start]:02x} at byte {e.start}; "
+                        "SQuAD files are UTF-8 JSON") from None
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{e.lineno}:{e.colno}: malformed JSON: {e.msg}; a SQuAD file is "
-                         "one JSON object in the official format (fix the file there, or "
-                         "re-export it)") from None
+        raise DataError(f"{path}:{e.lineno}:{e.colno}: malformed JSON: {e.msg}; a SQuAD file is "
+                        "one JSON object in the official format (fix the file there, or "
+                        "re-export it)") from None
     return _checked(_json_examples(dataset, path), path)
 
 
@@ -104,18 +106,18 @@ _REQUIRED = object()
 def _field(record: dict, key: str, types: type | tuple[type, ...], path: str, where: str,
            default=_REQUIRED):
     if not isinstance(record, dict):
-        raise ValueError(f"{path}: {where} must be a JSON object, found {type(record).__name__}")
+        raise DataError(f"{path}: {where} must be a JSON object, found {type(record).__name__}")
     if key not in record:
         if default is not _REQUIRED:
             return default
-        raise ValueError(f"{path}: {where} has no field {key!r}; the official SQuAD format "
-                         "needs it (see https://rajpurkar.github.io/SQuAD-explorer/)")
+        raise DataError(f"{path}: {where} has no field {key!r}; the official SQuAD format "
+                        "needs it (see https://rajpurkar.github.io/SQuAD-explorer/)")
     value = record[key]
     # bool is an int subclass, but `"answer_start": true` is a broken file, not offset 1.
     if not isinstance(value, types) or (isinstance(value, bool) and bool not in _tuple(types)):
         names = " or ".join(t.__name__ for t in _tuple(types))
-        raise ValueError(f"{path}: field {key!r} of {where} must be {names}, found "
-                         f"{type(value).__name__} {value!r:.60}")
+        raise DataError(f"{path}: field {key!r} of {where} must be {names}, found "
+                        f"{type(value).__name__} {value!r:.60}")
     return value
 
 
@@ -167,8 +169,8 @@ def read_squad_tfds(name: str, split: str = "train", data_dir: str = "") -> list
     features = builder.info.features
     missing = [k for k in ("id", "title", "context", "question", "answers") if k not in features]
     if missing:
-        raise ValueError(f"TFDS dataset {name!r} is not SQuAD-shaped: it lacks the feature(s) "
-                         f"{', '.join(missing)}; its features are {', '.join(sorted(features))}")
+        raise ConfigError(f"TFDS dataset {name!r} is not SQuAD-shaped: it lacks the feature(s) "
+                          f"{', '.join(missing)}; its features are {', '.join(sorted(features))}")
     source = tfds_source.open_split(builder, name, split)
     where = f"TFDS dataset {name!r} split {split!r}"
     return _checked(_tfds_examples(source, where), where)
@@ -180,7 +182,7 @@ def _text(value, where: str) -> str:
     try:
         return bytes(value).decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(f"{where}: invalid UTF-8 ({e}); rebuild the dataset") from None
+        raise DataError(f"{where}: invalid UTF-8 ({e}); rebuild the dataset") from None
 
 
 def _tfds_examples(source, where: str) -> Iterable[tuple[str, dict]]:
@@ -215,8 +217,8 @@ def _checked(examples: Iterable[tuple[str, dict]], source: str) -> list[dict]:
         total += 1
         qid = example["id"]
         if qid in seen:
-            raise ValueError(f"{source}: duplicate question id {qid!r} at {where}, first seen at "
-                             f"{seen[qid]}; ids must be unique (predictions are keyed by id)")
+            raise DataError(f"{source}: duplicate question id {qid!r} at {where}, first seen at "
+                            f"{seen[qid]}; ids must be unique (predictions are keyed by id)")
         seen[qid] = where
         context = example["context"]
         if not context.strip():
@@ -225,8 +227,8 @@ def _checked(examples: Iterable[tuple[str, dict]], source: str) -> list[dict]:
             empty_context.append(qid)
             continue
         if not example["is_impossible"] and not example["answers"]:
-            raise ValueError(f"{source}: {where} has no answers but is not marked "
-                             "is_impossible; add its answer or set \"is_impossible\": true")
+            raise DataError(f"{source}: {where} has no answers but is not marked "
+                            "is_impossible; add its answer or set \"is_impossible\": true")
         bad = [a for a in example["answers"]
                if context[a["answer_start"]:a["answer_start"] + len(a["text"])] != a["text"]
                or a["answer_start"] < 0]
@@ -246,10 +248,10 @@ def _checked(examples: Iterable[tuple[str, dict]], source: str) -> list[dict]:
                          ", ".join(ids[:_MAX_IDS_SHOWN]), ", ..." if len(ids) > _MAX_IDS_SHOWN
                          else "")
     if not out:
-        raise ValueError(f"{source}: no usable questions ({total} read, "
-                         f"{len(misaligned) + len(empty_context)} skipped: the warnings above name "
-                         "them); each needs a non-empty context and answers whose answer_start is "
-                         "the character offset of their text in it")
+        raise DataError(f"{source}: no usable questions ({total} read, "
+                        f"{len(misaligned) + len(empty_context)} skipped: the warnings above name "
+                        "them); each needs a non-empty context and answers whose answer_start is "
+                        "the character offset of their text in it")
     return out
 
 
@@ -330,9 +332,9 @@ def featurize(
     for name, value, low in (("max_seq_length", max_seq_length, 4), ("doc_stride", doc_stride, 1),
                              ("max_query_length", max_query_length, 1)):
         if not isinstance(value, (int, np.integer)) or value < low:
-            raise ValueError(f"{name}={value!r} must be an int >= {low}")
+            raise ConfigError(f"{name}={value!r} must be an int >= {low}")
     if max_seq_length <= max_query_length + 3:
-        raise ValueError(
+        raise ConfigError(
             f"max_seq_length={max_seq_length} leaves no room for context after a question of up "
             f"to max_query_length={max_query_length} tokens plus [CLS] and two [SEP]; make "
             "max_seq_length larger than max_query_length + 3")

@@ -39,6 +39,8 @@ import re
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from zoo.errors import ConfigError, DataError
+
 # Entity types whose names are invented (capitalised, from syllables) ...
 NAMED_TYPES = ("person", "city", "country", "language", "company")
 # ... and those whose members are ordinary lower-case English words.
@@ -337,7 +339,7 @@ def make_world(seed: int = 0, num_entities: int = DEFAULT_NUM_ENTITIES) -> World
       language of the country they were born in; functional relations have one object.
     """
     if not isinstance(num_entities, int) or num_entities < _MIN_NUM_ENTITIES:
-        raise ValueError(
+        raise ConfigError(
             f"num_entities={num_entities!r} must be an int >= {_MIN_NUM_ENTITIES} (every country "
             "needs a city and every city a resident); pass a larger num_entities")
     rng = random.Random(seed)
@@ -672,7 +674,7 @@ def read_text_corpus(path: str | os.PathLike) -> list[list[str]]:
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
         column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
-        raise ValueError(
+        raise DataError(
             f"{os.fspath(path)}:{line}: invalid UTF-8 byte 0x{data[e.start]:02x} at column "
             f"{column}; the corpus must be UTF-8 text (re-encode it, e.g. `iconv -t UTF-8`)"
         ) from None
@@ -689,7 +691,7 @@ def read_text_corpus(path: str | os.PathLike) -> list[list[str]]:
     if current:
         documents.append(current)
     if not documents:
-        raise ValueError(
+        raise DataError(
             f"{os.fspath(path)}: the corpus is empty; expected one sentence per line with a blank "
             "line between documents")
     return documents

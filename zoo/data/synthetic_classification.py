@@ -55,6 +55,7 @@ from zoo.data.synthetic import (
     corpus_splits,
     make_world,
 )
+from zoo.errors import ConfigError
 
 TASKS = ("relation", "fact_check", "binding")
 BINDING_LABELS = ("entailment", "contradiction")
@@ -342,7 +343,7 @@ def classification_dataset(world: World, documents: Sequence[Document], task: st
       pair) once.
     """
     if task not in TASKS:
-        raise ValueError(f"task={task!r} must be one of {TASKS}")
+        raise ConfigError(f"task={task!r} must be one of {TASKS}")
     if task == "relation":
         examples = _relation_examples(documents, exclude_texts)
     elif task == "binding":

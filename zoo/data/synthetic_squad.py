@@ -21,6 +21,7 @@ from zoo.data.synthetic import (
     corpus_splits,
     make_world,
 )
+from zoo.errors import ConfigError
 
 SQUAD_VERSIONS = {"1.1": "1.1", "2.0": "v2.0"}  # ours -> the official files' "version" field
 
@@ -162,7 +163,7 @@ def squad_dataset(
       with unique ids.
     """
     if version not in SQUAD_VERSIONS:
-        raise ValueError(f"version={version!r} must be one of {tuple(SQUAD_VERSIONS)}")
+        raise ConfigError(f"version={version!r} must be one of {tuple(SQUAD_VERSIONS)}")
     if not 0.0 <= unanswerable_fraction < 1.0:
         raise ValueError(f"unanswerable_fraction={unanswerable_fraction!r} must be in [0, 1)")
     if max_answerable_per_paragraph is not None and (

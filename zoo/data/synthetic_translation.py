@@ -33,6 +33,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from zoo.errors import ConfigError
+
 _DIGITS = "零一二三四五六七八九"
 _SMALL_UNITS = ("千", "百", "十", "")  # within a 4-digit group, most significant first
 _LARGE_UNITS = ("亿", "万", "")  # of the 4-digit groups, most significant first
@@ -181,18 +183,18 @@ def _num_problems(op: str, m: int) -> int:
 
 def _checked(num_pairs: int, max_operand: int, operations: Sequence[str]) -> tuple[str, ...]:
     if not isinstance(max_operand, int) or not 1 <= max_operand <= MAX_OPERAND:
-        raise ValueError(f"max_operand={max_operand!r} must be an int in [1, {MAX_OPERAND}]")
+        raise ConfigError(f"max_operand={max_operand!r} must be an int in [1, {MAX_OPERAND}]")
     if isinstance(operations, str):
         operations = tuple(operations)  # "+-" is a natural way to write it
     operations = tuple(operations)
     if not operations or any(op not in OPERATIONS for op in operations):
-        raise ValueError(f"operations={operations!r} must be a non-empty sequence of "
-                         f"{', '.join(repr(o) for o in OPERATIONS)}")
+        raise ConfigError(f"operations={operations!r} must be a non-empty sequence of "
+                          f"{', '.join(repr(o) for o in OPERATIONS)}")
     if len(set(operations)) != len(operations):
-        raise ValueError(f"operations={operations!r} lists an operation more than once")
+        raise ConfigError(f"operations={operations!r} lists an operation more than once")
     available = sum(_num_problems(op, max_operand) for op in operations)
     if not isinstance(num_pairs, int) or not 1 <= num_pairs <= available:
-        raise ValueError(
+        raise ConfigError(
             f"num_pairs={num_pairs!r} must be an int in [1, {available}]: operations "
             f"{operations} on operands up to max_operand={max_operand} give {available} distinct "
             "problems; raise max_operand or add operations for more")
@@ -250,8 +252,8 @@ def translation_splits(seed: int = 0, num_pairs: int = 20000, max_operand: int =
     for i, (name, fraction) in enumerate(SPLIT_FRACTIONS):
         end = len(pairs) if i == len(SPLIT_FRACTIONS) - 1 else start + round(fraction * len(pairs))
         if end == start:
-            raise ValueError(f"num_pairs={num_pairs} is too few to give every split a pair; "
-                             "pass num_pairs >= 10")
+            raise ConfigError(f"num_pairs={num_pairs} is too few to give every split a pair; "
+                              "pass num_pairs >= 10")
         splits[name] = pairs[start:end]
         start = end
     return splits

@@ -17,6 +17,8 @@ import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
 
+from zoo.errors import ConfigError, DataError, MissingFileError
+
 Documents = list[list[str]]
 # Our split name -> the config.data key holding the TFDS split (or slice) it reads.
 SPLIT_KEYS = {
@@ -46,7 +48,7 @@ def _prepared_names(name: str, data_dir: str) -> list[str]:
     return sorted(names)
 
 
-def _not_prepared(name: str, data_dir: str) -> FileNotFoundError:
+def _not_prepared(name: str, data_dir: str) -> MissingFileError:
     where = repr(data_dir)
     if not data_dir:
         data_dir = tfds.core.constants.DATA_DIR  # $TFDS_DATA_DIR, else ~/tensorflow_datasets
@@ -58,7 +60,7 @@ def _not_prepared(name: str, data_dir: str) -> FileNotFoundError:
             f"\nPrepared there: {', '.join(map(repr, found))}; config.data.tfds_name may name "
             "one of them."
         )
-    return FileNotFoundError(
+    return MissingFileError(
         f"TFDS dataset {name!r} (config.data.tfds_name) is not prepared in {where} "
         "(config.data.tfds_data_dir), and nothing is downloaded here. Prepare it on a machine "
         "with internet access (plus any extras its builder asks for, e.g. apache-beam for "
@@ -91,7 +93,7 @@ def open_builder(name: str, data_dir: str = "") -> tfds.core.DatasetBuilder:
         raise _not_prepared(name, data_dir)
     formats = builder.info.available_file_formats()
     if not formats & set(tfds.core.FileFormat.with_random_access()):
-        raise ValueError(
+        raise DataError(
             f"TFDS dataset {name!r} in {builder.data_dir} is stored as "
             f"{', '.join(sorted(f.value for f in formats)) or 'an unknown format'}, which only "
             "TensorFlow can read. Convert it where tensorflow is installed: `tfds convert_format "
@@ -111,13 +113,13 @@ def _check_text_feature(builder: tfds.core.DatasetBuilder, name: str, text_key: 
         return getattr(f, "shape", None) == () and np.dtype(f.np_dtype) == np.dtype(object)
 
     if text_key not in keys:
-        raise ValueError(
+        raise ConfigError(
             f"TFDS dataset {name!r} has no feature {text_key!r}; its features are "
             f"{', '.join(keys)}. Set config.data.tfds_text_key to its text feature."
         )
     if not is_text(text_key):
         texts = [k for k in keys if is_text(k)]
-        raise ValueError(
+        raise ConfigError(
             f"feature {text_key!r} of TFDS dataset {name!r} is {features[text_key]!r}, not text; "
             f"set config.data.tfds_text_key to one of its text features: "
             f"{', '.join(texts) or '(none)'}."
@@ -135,7 +137,7 @@ def open_split(builder: tfds.core.DatasetBuilder, name: str, split: str, key: st
             f"{s} ({info.num_examples} records)" for s, info in builder.info.splits.items()
         )
         what = f"config.data.{key}={split!r}" if key else f"split {split!r}"
-        raise ValueError(
+        raise ConfigError(
             f"{what} cannot be read from TFDS dataset {name!r}: {e}\n"
             f"Its splits: {available}. Give a split name or TFDS slicing syntax, e.g. "
             "'train[:1%]', 'train[1%:]', 'train[:5000]', 'train+test'."
@@ -155,7 +157,7 @@ def _decode(value, where: str, index: int) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(
+        raise DataError(
             f"{where}, record {index}: invalid UTF-8 byte 0x{data[e.start]:02x} at byte "
             f"{e.start}; the text must be UTF-8 (fix or drop the record and rebuild the dataset)"
         ) from None
@@ -173,12 +175,12 @@ def load_documents(cfg: ml_collections.ConfigDict, split: str) -> Documents:
         raise ValueError(f"split must be one of {tuple(SPLIT_KEYS)}, got {split!r}")
     name = cfg.tfds_name
     if not name:
-        raise ValueError(
+        raise ConfigError(
             "config.data.tfds_name is empty; set it to a TFDS dataset prepared in "
             "config.data.tfds_data_dir, e.g. 'lm1b' or 'wikipedia/20230601.en'"
         )
     if cfg.tfds_max_records < 0:
-        raise ValueError(
+        raise ConfigError(
             f"config.data.tfds_max_records must be >= 0 (0 reads every record), "
             f"got {cfg.tfds_max_records}"
         )

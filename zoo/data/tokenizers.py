@@ -27,6 +27,7 @@ import sentencepiece as spm
 
 from zoo.data.gpt2_bpe import MERGES_FILE, VOCAB_FILE, GPT2Tokenizer
 from zoo.data.wordpiece import WordPieceTokenizer
+from zoo.errors import ConfigError, DataError, MissingFileError
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 CLS_ID, SEP_ID, MASK_ID = 4, 5, 6
@@ -102,14 +103,14 @@ class SentencePieceTokenizer:
         self._proto = model_proto
         specials = (self._sp.pad_id(), self._sp.unk_id(), self._sp.bos_id(), self._sp.eos_id())
         if specials != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
-            raise ValueError(
+            raise DataError(
                 f"tokenizer {source}: special ids (pad, unk, bos, eos) are {specials}, zoo needs "
                 f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)}; retrain it with train_sentencepiece()"
             )
         size = self._sp.get_piece_size()
         found = tuple(self._sp.id_to_piece(i) if i < size else None for i in (4, 5, 6))
         if found != BERT_SPECIAL_PIECES or not all(self._sp.is_control(i) for i in (4, 5, 6)):
-            raise ValueError(
+            raise DataError(
                 f"tokenizer {source}: ids 4, 5, 6 must be the control symbols "
                 f"{', '.join(BERT_SPECIAL_PIECES)}, found {found} (a model from before they were "
                 "added?); delete it to retrain from the corpus, or retrain it with "
@@ -196,11 +197,11 @@ class SentencePieceTokenizer:
             with open(path, "rb") as f:
                 proto = f.read()
         except FileNotFoundError:
-            raise FileNotFoundError(f"tokenizer model {path} does not exist") from None
+            raise MissingFileError(f"tokenizer model {path} does not exist") from None
         try:
             return cls(proto, source=path)
         except RuntimeError as e:  # sentencepiece's parse error says nothing about the file
-            raise ValueError(
+            raise DataError(
                 f"tokenizer model {path} is not a SentencePiece model ({e}); delete it to "
                 "retrain from the corpus, or point the config at a valid .model file"
             ) from None
@@ -211,7 +212,7 @@ def train_sentencepiece(
 ) -> SentencePieceTokenizer:
     """Trains a SentencePiece model in memory on `texts` (one sentence each)."""
     if model_type not in ("bpe", "unigram", "char", "word"):
-        raise ValueError(f"model_type must be bpe, unigram, char or word, got {model_type!r}")
+        raise ConfigError(f"model_type must be bpe, unigram, char or word, got {model_type!r}")
     buffer = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=(t.translate(_WHITESPACE_TO_SPACE) for t in texts),
@@ -266,17 +267,17 @@ def load_tokenizer(path: str, lowercase: bool = True) -> Tokenizer:
         elif len(models) == 1:
             path = os.path.join(path, models[0])
         else:
-            raise ValueError(
+            raise ConfigError(
                 f"tokenizer directory {path} holds no vocab.txt and {len(models)} .model files "
                 f"{models}; pass the tokenizer file itself"
             )
     elif not os.path.exists(path):
-        raise FileNotFoundError(f"tokenizer {path} does not exist")
+        raise MissingFileError(f"tokenizer {path} does not exist")
     if path.endswith(".model"):
         return SentencePieceTokenizer.load(path)
     if path.endswith(".txt"):
         return WordPieceTokenizer.from_vocab_file(path, lowercase=lowercase)
-    raise ValueError(
+    raise ConfigError(
         f"tokenizer {path}: cannot tell its kind from the name; give a SentencePiece .model "
         "file or a WordPiece vocab.txt"
     )

@@ -33,6 +33,8 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from zoo.errors import ConfigError
+
 # A word: letters/digits with inner apostrophes ("didn't"), but not a trailing possessive 's,
 # which the second alternative takes as a token of its own.
 _TOKEN = re.compile(r"[^\W_]+(?:'(?!s\b)[^\W_]+)*|(?<=[^\W_])'s\b")
@@ -83,13 +85,13 @@ class Vocabulary:
 def build_vocabulary(sentences: Iterable[Sequence[str]], min_count: int = 1) -> Vocabulary:
     """The vocabulary of tokenised `sentences`: words seen at least `min_count` times."""
     if min_count < 1:
-        raise ValueError(f"config.data.min_count={min_count} must be >= 1")
+        raise ConfigError(f"config.data.min_count={min_count} must be >= 1")
     counts = Counter(t for sentence in sentences for t in sentence)
     kept = sorted((w for w, c in counts.items() if c >= min_count),
                   key=lambda w: (-counts[w], w))
     if not kept:
-        raise ValueError(f"no word occurs min_count={min_count} times in the training split; "
-                         "lower config.data.min_count or add data")
+        raise ConfigError(f"no word occurs min_count={min_count} times in the training split; "
+                          "lower config.data.min_count or add data")
     return Vocabulary(tuple(kept), np.asarray([counts[w] for w in kept], np.int64), min_count)
 
 
@@ -97,7 +99,7 @@ def keep_probabilities(counts: np.ndarray, sample: float) -> np.ndarray:
     """Per-word probability of being kept by subsampling: min(1, (sqrt(f/t) + 1) * t / f) with
     f = count / sum(counts) and t = `sample` (the C tool's formula); all ones for sample=0."""
     if sample < 0:
-        raise ValueError(f"config.data.sample={sample} must be >= 0 (0 turns subsampling off)")
+        raise ConfigError(f"config.data.sample={sample} must be >= 0 (0 turns subsampling off)")
     counts = np.asarray(counts, np.float64)
     if sample == 0:
         return np.ones(len(counts))
@@ -127,7 +129,7 @@ def subsample(ids: np.ndarray, keep: np.ndarray, rng: np.random.Generator) -> np
 def window_sizes(length: int, window: int, rng: np.random.Generator) -> np.ndarray:
     """Each position's effective window, uniform on 1..window (the dynamic window)."""
     if window < 1:
-        raise ValueError(f"config.data.window={window} must be >= 1")
+        raise ConfigError(f"config.data.window={window} must be >= 1")
     return rng.integers(1, window + 1, size=length)
 
 
@@ -183,9 +185,9 @@ def training_rows(sentences: Sequence[np.ndarray], vocab: Vocabulary, mode: str,
       int32 [N], 'weights' float32 [N] (all 1; eval padding adds 0-weight rows)}.
     """
     if mode not in ("skipgram", "cbow"):
-        raise ValueError(f"config.model.mode must be 'skipgram' or 'cbow', got {mode!r}")
+        raise ConfigError(f"config.model.mode must be 'skipgram' or 'cbow', got {mode!r}")
     if draws < 1:
-        raise ValueError(f"config.data.pair_draws={draws} must be >= 1")
+        raise ConfigError(f"config.data.pair_draws={draws} must be >= 1")
     keep = keep_probabilities(vocab.counts, sample)
     inputs, input_weights, targets = [], [], []
     for draw in range(draws):

@@ -33,6 +33,8 @@ import functools
 import unicodedata
 from collections.abc import Iterable, Sequence
 
+from zoo.errors import DataError, MissingFileError
+
 CONTINUATION = "##"
 # The specials a BERT vocab.txt must hold, in the order of (pad, unk, cls, sep, mask)_id.
 _REQUIRED_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
@@ -98,7 +100,7 @@ class WordPieceTokenizer:
                 f"max_input_chars_per_word must be >= 1, got {max_input_chars_per_word}"
             )
         if not vocab:
-            raise ValueError(f"vocabulary {source} is empty; give a BERT vocab.txt")
+            raise DataError(f"vocabulary {source} is empty; give a BERT vocab.txt")
         self.source = source
         self.lowercase = lowercase
         self.strip_accents = lowercase if strip_accents is None else strip_accents
@@ -108,7 +110,7 @@ class WordPieceTokenizer:
         self._ids = {tok: i for i, tok in enumerate(self._tokens)}
         missing = [t for t in _REQUIRED_TOKENS if t not in self._ids]
         if missing:
-            raise ValueError(
+            raise DataError(
                 f"vocabulary {source} lacks the special token(s) {', '.join(missing)}; a BERT "
                 f"vocab.txt needs all of {', '.join(_REQUIRED_TOKENS)} (one per line)"
             )
@@ -137,11 +139,11 @@ class WordPieceTokenizer:
             with open(path, "rb") as f:
                 raw = f.read()
         except FileNotFoundError:
-            raise FileNotFoundError(f"WordPiece vocabulary {path} does not exist") from None
+            raise MissingFileError(f"WordPiece vocabulary {path} does not exist") from None
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise ValueError(
+            raise DataError(
                 f"WordPiece vocabulary {path} is not UTF-8 text ({e}); give a BERT vocab.txt"
             ) from None
         # Lines end at '\n' only (not at the other characters str.splitlines breaks on); trailing
@@ -151,7 +153,7 @@ class WordPieceTokenizer:
             lines.pop()
         vocab = [line.rstrip() for line in lines]
         if not any(vocab):
-            raise ValueError(f"WordPiece vocabulary {path} is empty; give a BERT vocab.txt")
+            raise DataError(f"WordPiece vocabulary {path} is empty; give a BERT vocab.txt")
         return cls(
             vocab,
             lowercase=lowercase,

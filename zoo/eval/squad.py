@@ -45,6 +45,8 @@ from typing import Any
 import numpy as np
 from absl import logging
 
+from zoo.errors import ConfigError, DataError, MissingFileError
+
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
 _VERSIONS = ("1.1", "2.0")
@@ -160,11 +162,11 @@ def load_dataset(dataset: str | os.PathLike | Mapping | Sequence[Mapping]) -> li
             with open(dataset, encoding="utf-8") as f:
                 dataset = json.load(f)
         except FileNotFoundError:
-            raise FileNotFoundError(f"dataset: SQuAD file {dataset} does not exist") from None
+            raise MissingFileError(f"dataset: SQuAD file {dataset} does not exist") from None
     if isinstance(dataset, Mapping):
         if "data" not in dataset:
-            raise ValueError("dataset: a SQuAD JSON object needs a 'data' list of articles "
-                             f"(got keys {sorted(dataset)})")
+            raise DataError("dataset: a SQuAD JSON object needs a 'data' list of articles "
+                            f"(got keys {sorted(dataset)})")
         dataset = dataset["data"]
     if not isinstance(dataset, Sequence) or isinstance(dataset, str):
         raise TypeError(f"dataset: expected a path, a SQuAD JSON object or its 'data' list of "
@@ -194,14 +196,14 @@ def _evaluate_v1(data: Sequence[Mapping], predictions: Mapping[str, str]) -> dic
             continue
         golds = [a["text"] for a in qa["answers"]]
         if not golds:
-            raise ValueError(
+            raise DataError(
                 f"dataset: question {qa['id']} has no gold answers, which SQuAD v1.1 cannot "
                 "score; pass version='2.0' (or mark it is_impossible) for unanswerable questions")
         prediction = predictions[qa["id"]]
         exact += max(exact_score(g, prediction) for g in golds)
         f1 += max(f1_score(g, prediction, "1.1") for g in golds)
     if total == 0:
-        raise ValueError("dataset: no questions to score")
+        raise DataError("dataset: no questions to score")
     if missing:
         logging.warning("%d unanswered question(s) will receive score 0, e.g. %s",
                         len(missing), missing[:5])
@@ -213,7 +215,7 @@ def _evaluate_v2(data: Sequence[Mapping], predictions: Mapping[str, str],
                  na_probs: Mapping[str, float] | None, na_prob_thresh: float) -> dict[str, float]:
     has_ans = {qa["id"]: bool(qa["answers"]) for qa in _questions(data)}
     if not has_ans:
-        raise ValueError("dataset: no questions to score")
+        raise DataError("dataset: no questions to score")
     missing = [qid for qid in has_ans if qid not in predictions]
     if missing:
         raise ValueError(
@@ -352,9 +354,9 @@ def postprocess(
         valid); {} for v1.
     """
     if n_best_size < 1:
-        raise ValueError(f"n_best_size: must be >= 1, got {n_best_size}")
+        raise ConfigError(f"n_best_size: must be >= 1, got {n_best_size}")
     if max_answer_length < 1:
-        raise ValueError(f"max_answer_length: must be >= 1, got {max_answer_length}")
+        raise ConfigError(f"max_answer_length: must be >= 1, got {max_answer_length}")
     example_index, offsets, max_context = _stack_features(features)
     # Python floats in the reference: scores and the softmax are float64 here too.
     start_logits = np.asarray(start_logits, np.float64)

@@ -18,6 +18,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from zoo.errors import ConfigError
 from zoo.models import config_checks
 from zoo.nn import masks
 from zoo.nn.embeddings import Embed, LearnedPositionalEmbedding
@@ -49,7 +50,7 @@ class BertConfig:
 
     def __post_init__(self):
         if self.hidden_size % self.num_heads:
-            raise ValueError(
+            raise ConfigError(
                 f"BertConfig: hidden_size={self.hidden_size} is not divisible by "
                 f"num_heads={self.num_heads}"
             )
@@ -70,7 +71,7 @@ SIZES: dict[str, tuple[int, int, int]] = {
 def config_for_size(size: str, **overrides: Any) -> BertConfig:
     """The BertConfig of a named size; `overrides` (vocab_size at least) set the other fields."""
     if size not in SIZES:
-        raise ValueError(
+        raise ConfigError(
             f"config.model.size: unknown BERT size {size!r}; choose from {list(SIZES)}"
         )
     layers, heads, hidden = SIZES[size]

@@ -2,6 +2,8 @@
 
 import jax.numpy as jnp
 
+from zoo.errors import ConfigError
+
 
 def check_float_dtypes(config, owner: str, names=("dtype", "param_dtype")) -> None:
     """Each of `config`'s fields `names` must name a floating dtype; the error names
@@ -13,8 +15,8 @@ def check_float_dtypes(config, owner: str, names=("dtype", "param_dtype")) -> No
         except TypeError:
             ok = False
         if not ok:
-            raise ValueError(f"{owner}.{name} must name a float dtype ('float32', "
-                             f"'bfloat16'), got {value!r}")
+            raise ConfigError(f"{owner}.{name} must name a float dtype ('float32', "
+                              f"'bfloat16'), got {value!r}")
 
 
 # (names marking a table, what its rows count and the config keys that set them). The names
@@ -62,7 +64,7 @@ def check_length(owner: str, length: int, positions: int, field: str, config_key
     """A clear error for an input longer than a learned position table: the model names its
     config `field` and the job's `config_key` (the embedding layer below knows neither)."""
     if length > positions:
-        raise ValueError(
+        raise ConfigError(
             f"{owner}: the input has {length} tokens but the model has {positions} positions "
             f"({field}={positions}, set by {config_key}); cut the input to at most "
             f"{positions} tokens (lower config.data.seq_len) or use a model with more positions")

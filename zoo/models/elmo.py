@@ -40,6 +40,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.errors import ConfigError
 from zoo.models.config_checks import check_float_dtypes
 from zoo.nn.embeddings import Embed
 from zoo.nn.linear import Dense
@@ -78,9 +79,9 @@ class BiLMConfig:
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_layers"):
             if getattr(self, name) < 1:
-                raise ValueError(f"BiLMConfig.{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"BiLMConfig.{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout_rate < 1.0:
-            raise ValueError(f"BiLMConfig.dropout_rate must be in [0, 1), got {self.dropout_rate}")
+            raise ConfigError(f"BiLMConfig.dropout_rate must be in [0, 1), got {self.dropout_rate}")
         check_float_dtypes(self, "BiLMConfig")
 
     @property
@@ -100,8 +101,8 @@ SIZES: dict[str, tuple[int, int]] = {
 def config_for_size(size: str, **overrides: Any) -> BiLMConfig:
     """A named size ('tiny' for tests and the CPU demo, 'base'), fields overridable."""
     if size not in SIZES:
-        raise ValueError(f"config.model.size: unknown biLM size {size!r}; choose from "
-                         f"{list(SIZES)}")
+        raise ConfigError(f"config.model.size: unknown biLM size {size!r}; choose from "
+                          f"{list(SIZES)}")
     hidden_size, num_layers = SIZES[size]
     return BiLMConfig(**{"hidden_size": hidden_size, "num_layers": num_layers, **overrides})
 
@@ -278,25 +279,25 @@ class FeatureClassifierConfig:
 
     def __post_init__(self):
         if self.kind not in FEATURE_KINDS:
-            raise ValueError(f"config.features.kind must be one of {FEATURE_KINDS}, got "
-                             f"{self.kind!r}")
+            raise ConfigError(f"config.features.kind must be one of {FEATURE_KINDS}, got "
+                              f"{self.kind!r}")
         if self.kind == "elmo" and self.bilm is None:
             raise ValueError("FeatureClassifierConfig: kind='elmo' needs the biLM's config (bilm)")
         if self.kind == "word2vec" and min(self.vocab_size, self.embed_dim) < 1:
             raise ValueError(f"FeatureClassifierConfig: kind='word2vec' needs the table's shape, "
                              f"got vocab_size={self.vocab_size}, embed_dim={self.embed_dim}")
         if self.head not in HEADS:
-            raise ValueError(f"config.head.kind must be one of {HEADS}, got {self.head!r}")
+            raise ConfigError(f"config.head.kind must be one of {HEADS}, got {self.head!r}")
         if self.head == "align" and not self.pair:
-            raise ValueError("config.head.kind='align' compares two texts; a single-text task "
-                             "needs 'pool'")
+            raise ConfigError("config.head.kind='align' compares two texts; a single-text task "
+                              "needs 'pool'")
         for name in ("num_classes", "hidden_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"FeatureClassifierConfig.{name} must be >= 1, got "
-                                 f"{getattr(self, name)}")
+                raise ConfigError(f"FeatureClassifierConfig.{name} must be >= 1, got "
+                                  f"{getattr(self, name)}")
         if not 0.0 <= self.dropout_rate < 1.0:
-            raise ValueError(f"config.head.dropout_rate must be in [0, 1), got "
-                             f"{self.dropout_rate}")
+            raise ConfigError(f"config.head.dropout_rate must be in [0, 1), got "
+                              f"{self.dropout_rate}")
 
 
 class PooledEncoder(nn.Module):

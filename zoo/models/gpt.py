@@ -10,6 +10,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from zoo.errors import ConfigError
 from zoo.models import config_checks
 from zoo.nn import masks
 from zoo.nn.embeddings import Embed, LearnedPositionalEmbedding
@@ -45,7 +46,8 @@ SIZES: dict[str, tuple[int, int, int]] = {
 
 def config_for_size(size: str, **overrides: Any) -> GPTConfig:
     if size not in SIZES:
-        raise ValueError(f"config.model.size: unknown GPT size {size!r}; choose from {list(SIZES)}")
+        raise ConfigError(f"config.model.size: unknown GPT size {size!r}; choose from "
+                          f"{list(SIZES)}")
     layers, heads, dim = SIZES[size]
     kw = dict(num_layers=layers, num_heads=heads, embed_dim=dim, mlp_dim=4 * dim)
     kw.update(overrides)

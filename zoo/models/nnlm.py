@@ -23,6 +23,7 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from zoo.errors import ConfigError
 from zoo.nn.embeddings import Embed, default_embed_init
 from zoo.nn.linear import Dense
 
@@ -51,14 +52,14 @@ class NNLMConfig:
     def __post_init__(self):
         for name in ("vocab_size", "context", "embed_dim"):
             if getattr(self, name) < 1:
-                raise ValueError(f"NNLMConfig.{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"NNLMConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.hidden_dim < 0 or (self.hidden_dim == 0 and not self.direct):
-            raise ValueError(
+            raise ConfigError(
                 f"NNLMConfig.hidden_dim={self.hidden_dim}: must be >= 1, or 0 with direct=True "
                 "(a model with neither a hidden layer nor direct connections ignores its input)"
             )
         if not 0.0 <= self.dropout_rate < 1.0:
-            raise ValueError(f"NNLMConfig.dropout_rate must be in [0, 1), got {self.dropout_rate}")
+            raise ConfigError(f"NNLMConfig.dropout_rate must be in [0, 1), got {self.dropout_rate}")
 
 
 # (embed_dim, hidden_dim); the window (context) and direct connections are set separately.
@@ -70,7 +71,8 @@ SIZES: dict[str, tuple[int, int]] = {
 
 def config_for_size(size: str, **overrides: Any) -> NNLMConfig:
     if size not in SIZES:
-        raise ValueError(f"config.model.size: unknown NNLM size {size!r}; choose from {list(SIZES)}")
+        raise ConfigError(f"config.model.size: unknown NNLM size {size!r}; choose from "
+                          f"{list(SIZES)}")
     embed_dim, hidden_dim = SIZES[size]
     return NNLMConfig(**{"embed_dim": embed_dim, "hidden_dim": hidden_dim, **overrides})
 

@@ -29,6 +29,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.errors import ConfigError
 from zoo.models.config_checks import check_float_dtypes
 from zoo.nn.embeddings import Embed
 from zoo.nn.linear import Dense
@@ -66,13 +67,14 @@ class RNNLMConfig:
     def __post_init__(self):
         for name in ("vocab_size", "embed_dim", "hidden_size", "num_layers"):
             if getattr(self, name) < 1:
-                raise ValueError(f"RNNLMConfig.{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"RNNLMConfig.{name} must be >= 1, got {getattr(self, name)}")
         if self.cell not in CELL_KINDS:
-            raise ValueError(f"RNNLMConfig.cell must be one of {CELL_KINDS}, got {self.cell!r}")
+            raise ConfigError(f"RNNLMConfig.cell must be one of {CELL_KINDS}, got {self.cell!r}")
         if not 0.0 <= self.dropout_rate < 1.0:
-            raise ValueError(f"RNNLMConfig.dropout_rate must be in [0, 1), got {self.dropout_rate}")
+            raise ConfigError(f"RNNLMConfig.dropout_rate must be in [0, 1), got "
+                              f"{self.dropout_rate}")
         if self.tie_embeddings and self.hidden_size != self.embed_dim:
-            raise ValueError(
+            raise ConfigError(
                 f"RNNLMConfig.tie_embeddings needs hidden_size == embed_dim (the last layer's "
                 f"output is scored against the embedding table), got hidden_size="
                 f"{self.hidden_size}, embed_dim={self.embed_dim}; set them equal or "
@@ -90,7 +92,7 @@ SIZES: dict[str, tuple[int, int, int]] = {
 
 def config_for_size(size: str, **overrides: Any) -> RNNLMConfig:
     if size not in SIZES:
-        raise ValueError(
+        raise ConfigError(
             f"config.model.size: unknown RNN LM size {size!r}; choose from {list(SIZES)}")
     embed_dim, hidden_size, num_layers = SIZES[size]
     return RNNLMConfig(**{"embed_dim": embed_dim, "hidden_size": hidden_size,

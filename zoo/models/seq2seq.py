@@ -78,6 +78,7 @@ import numpy as np
 
 from zoo import decoding
 from zoo.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from zoo.errors import ConfigError
 from zoo.models.config_checks import check_float_dtypes
 from zoo.nn.embeddings import Embed
 from zoo.nn.linear import Dense
@@ -126,21 +127,21 @@ class Seq2SeqConfig:
 
     def __post_init__(self):
         if not isinstance(self.vocab_size, int) or self.vocab_size < 1:
-            raise ValueError(f"Seq2SeqConfig.vocab_size must be an int >= 1, got "
-                             f"{self.vocab_size!r}")
+            raise ConfigError(f"Seq2SeqConfig.vocab_size must be an int >= 1, got "
+                              f"{self.vocab_size!r}")
         if self.cell not in CELL_KINDS:
-            raise ValueError(f"Seq2SeqConfig.cell must be one of {CELL_KINDS}, got {self.cell!r}")
+            raise ConfigError(f"Seq2SeqConfig.cell must be one of {CELL_KINDS}, got {self.cell!r}")
         if self.attention not in ATTENTIONS:
-            raise ValueError(f"Seq2SeqConfig.attention must be one of {ATTENTIONS}, got "
-                             f"{self.attention!r}")
+            raise ConfigError(f"Seq2SeqConfig.attention must be one of {ATTENTIONS}, got "
+                              f"{self.attention!r}")
         for name in ("embed_dim", "hidden_size", "num_layers"):
             if getattr(self, name) < 1:
-                raise ValueError(f"Seq2SeqConfig.{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"Seq2SeqConfig.{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.dropout_rate < 1.0:
-            raise ValueError(f"Seq2SeqConfig.dropout_rate must be in [0, 1), got "
-                             f"{self.dropout_rate}")
+            raise ConfigError(f"Seq2SeqConfig.dropout_rate must be in [0, 1), got "
+                              f"{self.dropout_rate}")
         if self.bidirectional and self.attention == "dot":
-            raise ValueError(
+            raise ConfigError(
                 "Seq2SeqConfig.attention='dot' needs keys as wide as the decoder state, but "
                 "bidirectional=True makes the encoder outputs 2 * hidden_size wide; use "
                 "attention='general' or 'additive', or bidirectional=False")
@@ -148,8 +149,8 @@ class Seq2SeqConfig:
         for name in ("pad_id", "bos_id", "eos_id"):
             value = getattr(self, name)
             if not 0 <= value < self.vocab_size:
-                raise ValueError(f"Seq2SeqConfig.{name}={value} is not an id of the vocabulary "
-                                 f"of {self.vocab_size}")
+                raise ConfigError(f"Seq2SeqConfig.{name}={value} is not an id of the vocabulary "
+                                  f"of {self.vocab_size}")
 
     @property
     def memory_size(self) -> int:
@@ -172,8 +173,8 @@ SIZES: dict[str, dict[str, Any]] = {
 def config_for_size(size: str, **overrides: Any) -> Seq2SeqConfig:
     """The Seq2SeqConfig of a named size; `overrides` (a vocabulary at least) set the rest."""
     if size not in SIZES:
-        raise ValueError(f"config.model.size: unknown seq2seq size {size!r}; choose from "
-                         f"{list(SIZES)}")
+        raise ConfigError(f"config.model.size: unknown seq2seq size {size!r}; choose from "
+                          f"{list(SIZES)}")
     return Seq2SeqConfig(**{**SIZES[size], **overrides})
 
 

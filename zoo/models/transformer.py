@@ -51,6 +51,7 @@ import numpy as np
 
 from zoo import decoding
 from zoo.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from zoo.errors import ConfigError
 from zoo.nn import masks
 from zoo.nn.embeddings import (
     Embed,
@@ -118,12 +119,12 @@ class TransformerConfig:
 
     def __post_init__(self):
         if self.share_embeddings not in SHARE_EMBEDDINGS:
-            raise ValueError(
+            raise ConfigError(
                 f"TransformerConfig: share_embeddings={self.share_embeddings!r}; use one of "
                 f"{SHARE_EMBEDDINGS}"
             )
         if self.positions not in POSITIONS:
-            raise ValueError(
+            raise ConfigError(
                 f"TransformerConfig: positions={self.positions!r}; use one of {POSITIONS}"
             )
         if self.source_vocab is None or self.target_vocab is None:
@@ -132,24 +133,24 @@ class TransformerConfig:
                 "source_vocab_size and target_vocab_size"
             )
         if self.share_embeddings == "all" and self.source_vocab != self.target_vocab:
-            raise ValueError(
+            raise ConfigError(
                 f"TransformerConfig: share_embeddings='all' needs one vocabulary, got "
                 f"source_vocab_size={self.source_vocab} and target_vocab_size={self.target_vocab}; "
                 "use share_embeddings='target' or 'none' for separate vocabularies"
             )
         if self.hidden_size % self.num_heads:
-            raise ValueError(
+            raise ConfigError(
                 f"TransformerConfig: hidden_size={self.hidden_size} is not divisible by "
                 f"num_heads={self.num_heads}"
             )
         for name in ("num_encoder_layers", "num_decoder_layers", "num_heads", "mlp_dim",
                      "hidden_size", "max_len"):
             if getattr(self, name) < 1:
-                raise ValueError(f"TransformerConfig: {name}={getattr(self, name)} must be >= 1")
+                raise ConfigError(f"TransformerConfig: {name}={getattr(self, name)} must be >= 1")
         for name in ("pad_id", "bos_id", "eos_id"):
             value = getattr(self, name)
             if not 0 <= value < min(self.source_vocab, self.target_vocab):
-                raise ValueError(
+                raise ConfigError(
                     f"TransformerConfig: {name}={value} is not an id of both vocabularies "
                     f"(sizes {self.source_vocab}, {self.target_vocab})"
                 )
@@ -178,7 +179,7 @@ SIZES: dict[str, dict[str, Any]] = {
 def config_for_size(size: str, **overrides: Any) -> TransformerConfig:
     """The TransformerConfig of a named size; `overrides` (a vocabulary at least) set the rest."""
     if size not in SIZES:
-        raise ValueError(
+        raise ConfigError(
             f"config.model.size: unknown Transformer size {size!r}; choose from {list(SIZES)}"
         )
     return TransformerConfig(**{**SIZES[size], **overrides})
@@ -498,8 +499,8 @@ def translation_max_len(config: TransformerConfig, source_ids: Any, max_len_a: f
     longest = int((ids != config.pad_id).sum(axis=1).max(initial=0))
     max_out = int(max_len_a * longest + max_len_b)
     if max_out < 1:
-        raise ValueError(f"translate: max_len_a * |x| + max_len_b = {max_out} allows no output "
-                         f"token (|x| = {longest}); raise max_len_b")
+        raise ConfigError(f"translate: max_len_a * |x| + max_len_b = {max_out} allows no output "
+                          f"token (|x| = {longest}); raise max_len_b")
     return min(1 + max_out, config.max_len)
 
 

@@ -30,6 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zoo.errors import ConfigError
+
 MODES = ("skipgram", "cbow")
 
 
@@ -51,10 +53,10 @@ class Word2VecConfig:
 
     def __post_init__(self):
         if self.mode not in MODES:
-            raise ValueError(f"config.model.mode must be one of {MODES}, got {self.mode!r}")
+            raise ConfigError(f"config.model.mode must be one of {MODES}, got {self.mode!r}")
         if self.vocab_size < 1 or self.embed_dim < 1:
-            raise ValueError(f"Word2VecConfig: vocab_size={self.vocab_size} and "
-                             f"embed_dim={self.embed_dim} must be >= 1")
+            raise ConfigError(f"Word2VecConfig: vocab_size={self.vocab_size} and "
+                              f"embed_dim={self.embed_dim} must be >= 1")
 
 
 SIZES = {"tiny": dict(embed_dim=32), "base": dict(embed_dim=300)}
@@ -63,7 +65,7 @@ SIZES = {"tiny": dict(embed_dim=32), "base": dict(embed_dim=300)}
 def config_for_size(size: str, **overrides) -> Word2VecConfig:
     """A named size ('tiny' for tests and the CPU demo, 'base' = 300-d vectors)."""
     if size not in SIZES:
-        raise ValueError(f"config.model.size={size!r}; choose one of {sorted(SIZES)}")
+        raise ConfigError(f"config.model.size={size!r}; choose one of {sorted(SIZES)}")
     for key in ("dtype", "param_dtype"):
         if isinstance(overrides.get(key), str):
             overrides[key] = jnp.dtype(overrides[key])

@@ -25,6 +25,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.errors import ConfigError
 from zoo.nn.linear import Dense, default_kernel_init
 from zoo.nn.masks import masked_softmax
 
@@ -89,7 +90,7 @@ class MultiHeadAttention(nn.Module):
           out [b, q, out_features] in `dtype`, or (out, weights) when return_weights.
         """
         if self.backend not in _BACKENDS:
-            raise ValueError(
+            raise ConfigError(
                 f"MultiHeadAttention: backend={self.backend!r}; use one of {_BACKENDS}"
             )
         if inputs_q.ndim != 3:
@@ -99,7 +100,7 @@ class MultiHeadAttention(nn.Module):
         head_dim = self.head_dim
         if head_dim is None:
             if features % self.num_heads:
-                raise ValueError(
+                raise ConfigError(
                     f"MultiHeadAttention: inputs_q width {features} is not divisible by "
                     f"num_heads={self.num_heads}; set head_dim explicitly or change num_heads"
                 )

@@ -12,6 +12,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
+from zoo.errors import ConfigError
+
 Dtype = Any
 Initializer = Any
 
@@ -139,7 +141,7 @@ class LearnedPositionalEmbedding(nn.Module):
                 f"LearnedPositionalEmbedding: x has width {features} but features={self.features}"
             )
         if length > self.max_length:
-            raise ValueError(
+            raise ConfigError(
                 f"LearnedPositionalEmbedding: sequence length {length} exceeds "
                 f"max_length={self.max_length}; raise max_length (the model's max_position) or "
                 "truncate the inputs"

@@ -7,6 +7,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.errors import ConfigError
 from zoo.nn.linear import Dense, default_kernel_init
 
 Dtype = Any
@@ -24,7 +25,7 @@ ACTIVATIONS: dict[str, Callable[[jnp.ndarray], jnp.ndarray]] = {
 def get_activation(name: str) -> Callable[[jnp.ndarray], jnp.ndarray]:
     """The activation function called `name` (one of ACTIVATIONS)."""
     if name not in ACTIVATIONS:
-        raise ValueError(f"activation={name!r} is not one of {sorted(ACTIVATIONS)}")
+        raise ConfigError(f"activation={name!r} is not one of {sorted(ACTIVATIONS)}")
     return ACTIVATIONS[name]
 
 

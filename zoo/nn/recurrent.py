@@ -46,6 +46,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.errors import ConfigError
+
 Array = jax.Array
 Dtype = Any
 Initializer = Callable[..., Array]
@@ -105,7 +107,7 @@ class _Cell(nn.Module):
     def _kernels(self, in_features: int, bias_init: Initializer) -> dict[str, Array]:
         """Creates the kernels (cast to `dtype`) and the bias (cast to `carry_dtype`)."""
         if self.hidden_size <= 0:
-            raise ValueError(
+            raise ConfigError(
                 f"{type(self).__name__}: hidden_size must be > 0, got {self.hidden_size}"
             )
         g, h = self.num_gates, self.hidden_size
@@ -339,9 +341,9 @@ def make_cell(
 ) -> _Cell:
     """Builds the cell named by `cell` ('lstm', 'gru' or 'rnn'), checking the variant flags."""
     if cell not in CELL_KINDS:
-        raise ValueError(f"cell must be one of {CELL_KINDS}, got {cell!r}")
+        raise ConfigError(f"cell must be one of {CELL_KINDS}, got {cell!r}")
     if cell != "lstm" and (peephole or coupled):
-        raise ValueError(
+        raise ConfigError(
             f"peephole/coupled are LSTM variants; got cell={cell!r} with peephole={peephole}, "
             f"coupled={coupled}. Use cell='lstm' or leave both False."
         )
@@ -528,9 +530,10 @@ class StackedRNN(nn.Module):
           deterministic: disable dropout; when False, needs a 'dropout' rng.
         """
         if self.num_layers < 1:
-            raise ValueError(f"StackedRNN: num_layers must be >= 1, got {self.num_layers}")
+            raise ConfigError(f"StackedRNN: num_layers must be >= 1, got {self.num_layers}")
         if not 0.0 <= self.dropout_rate < 1.0:
-            raise ValueError(f"StackedRNN: dropout_rate must be in [0, 1), got {self.dropout_rate}")
+            raise ConfigError(f"StackedRNN: dropout_rate must be in [0, 1), got "
+                              f"{self.dropout_rate}")
         if initial_carries is not None and len(initial_carries) != self.num_layers:
             raise ValueError(
                 f"StackedRNN: initial_carries needs one entry per layer ({self.num_layers}), "

@@ -22,6 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.errors import ConfigError
 from zoo.nn.linear import Dense, default_kernel_init
 from zoo.nn.masks import masked_softmax
 
@@ -48,7 +49,7 @@ def _check_qk(q, k, name: str, same_width: bool):
         raise ValueError(f"{name}: queries must be [b, m, dq] and keys [b, n, dk], got "
                          f"q {q.shape} and k {k.shape}")
     if same_width and q.shape[-1] != k.shape[-1]:
-        raise ValueError(
+        raise ConfigError(
             f"{name}: queries and keys need the same width for a dot product, got dq="
             f"{q.shape[-1]} and dk={k.shape[-1]}; use 'bilinear', 'additive' or 'mlp' scoring "
             "for different widths"
@@ -113,8 +114,8 @@ class MLPScore(nn.Module):
         act = self.activation
         if isinstance(act, str):
             if act not in _ACTIVATIONS:
-                raise ValueError(f"MLPScore: activation={act!r} is not one of "
-                                 f"{sorted(_ACTIVATIONS)}; pass a callable for anything else")
+                raise ConfigError(f"MLPScore: activation={act!r} is not one of "
+                                  f"{sorted(_ACTIVATIONS)}; pass a callable for anything else")
             act = _ACTIVATIONS[act]
         dk = k.shape[-1]
         kernel = self.param(
@@ -201,13 +202,13 @@ def make_score(name: str, /, **kwargs) -> nn.Module:
       **kwargs: the scorer's attributes, e.g. `hidden=32` for 'additive' and 'mlp'.
     """
     if name not in SCORES:
-        raise ValueError(f"score name {name!r} is unknown; valid names: {', '.join(SCORES)}")
+        raise ConfigError(f"score name {name!r} is unknown; valid names: {', '.join(SCORES)}")
     cls = SCORES[name]
     fields = set(cls.__dataclass_fields__) - {"parent"}
     unknown = set(kwargs) - fields
     if unknown:
-        raise ValueError(f"score {name!r} got unknown arguments {sorted(unknown)}; it accepts "
-                         f"{sorted(fields - {'name'})}")
+        raise ConfigError(f"score {name!r} got unknown arguments {sorted(unknown)}; it accepts "
+                          f"{sorted(fields - {'name'})}")
     return cls(**kwargs)
 
 

@@ -23,6 +23,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from zoo.errors import ConfigError
 from zoo.nn.attention import MultiHeadAttention
 from zoo.nn.feedforward import FeedForward, get_activation
 from zoo.nn.linear import default_kernel_init
@@ -41,7 +42,7 @@ _REMAT_POLICIES = {
 
 def _check_layer_args(name: str, norm_position: str, activation: str) -> None:
     if norm_position not in _NORM_POSITIONS:
-        raise ValueError(f"{name}: norm_position={norm_position!r}; use one of {_NORM_POSITIONS}")
+        raise ConfigError(f"{name}: norm_position={norm_position!r}; use one of {_NORM_POSITIONS}")
     get_activation(activation)  # raises a ValueError naming the choices
 
 
@@ -255,7 +256,7 @@ def _run_stack(
     """
     if stack.remat != "none":
         if stack.remat not in _REMAT_POLICIES:
-            raise ValueError(
+            raise ConfigError(
                 f"{type(stack).__name__}: remat={stack.remat!r}; use 'none' or one of "
                 f"{sorted(_REMAT_POLICIES)}"
             )

@@ -5,6 +5,7 @@ Imports are lazy so `train.py` pays only for the task it runs.
 
 import importlib
 
+from zoo.errors import ConfigError
 from zoo.tasks.base import Task
 
 _REGISTRY = {
@@ -25,6 +26,6 @@ _REGISTRY = {
 
 def get(name: str) -> type[Task]:
     if name not in _REGISTRY:
-        raise ValueError(f"config.task: unknown task {name!r}; choose from {sorted(_REGISTRY)}")
+        raise ConfigError(f"config.task: unknown task {name!r}; choose from {sorted(_REGISTRY)}")
     module, cls = _REGISTRY[name].split(":")
     return getattr(importlib.import_module(module), cls)

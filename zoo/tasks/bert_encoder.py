@@ -12,6 +12,7 @@ import ml_collections
 
 from zoo.convert import bert as bert_convert
 from zoo.data import tokenizers
+from zoo.errors import ConfigError, DataError, MissingFileError
 from zoo.models import bert
 
 PRETRAINED_CONFIG_FILES = ("config.json", "bert_config.json")
@@ -29,7 +30,7 @@ def pretrained_directory(config: ml_collections.ConfigDict) -> str | None:
     name = next(f for f in PRETRAINED_CONFIG_FILES if os.path.isfile(os.path.join(path, f)))
     model_type = read_pretrained_config(os.path.join(path, name)).get("model_type", "bert")
     if model_type != "bert":
-        raise ValueError(
+        raise ConfigError(
             f"config.train.init_from={path!r} is not a checkpoint of this model: its "
             f"{name} says model_type={model_type!r}, and this task fine-tunes BERT; point "
             "init_from at a BERT checkpoint (a Hugging Face BERT directory, a google-research/"
@@ -44,11 +45,11 @@ def read_pretrained_config(path: str) -> dict:
         with open(path, encoding="utf-8") as f:
             hf_config = json.load(f)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path}: not a readable JSON checkpoint config ({e}); restore the file "
-                         "from the checkpoint's release") from None
+        raise DataError(f"{path}: not a readable JSON checkpoint config ({e}); restore the file "
+                        "from the checkpoint's release") from None
     if not isinstance(hf_config, dict):
         # A bad file, not a bad argument: ValueError like every other input error.
-        raise ValueError(  # noqa: TRY004
+        raise DataError(  # noqa: TRY004
             f"{path}: a checkpoint config must be a JSON object, found "
             f"{type(hf_config).__name__}")
     return hf_config
@@ -61,7 +62,7 @@ def tokenizer(config: ml_collections.ConfigDict, cache_dir: str, texts) -> token
     if directory and not config.data.tokenizer:
         vocab = os.path.join(directory, "vocab.txt")
         if not os.path.isfile(vocab):
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"config.train.init_from={directory!r} has no vocab.txt; the fine-tuning data "
                 "must be tokenized with the checkpoint's vocabulary: set config.data.tokenizer "
                 "to its vocab.txt"
@@ -86,12 +87,12 @@ def encoder_config(config: ml_collections.ConfigDict, vocab_size: int) -> bert.B
     result = bert_convert.config_from_hf(
         hf_config, **{k: model_kw[k] for k in _RUNTIME_FIELDS if k in model_kw})
     if result.vocab_size != vocab_size:
-        raise ValueError(
+        raise ConfigError(
             f"{path}: vocab_size {result.vocab_size} differs from the tokenizer's {vocab_size}; "
             "fine-tune with the checkpoint's own vocab.txt (leave config.data.tokenizer empty)"
         )
     if seq_len > result.max_position_embeddings:
-        raise ValueError(
+        raise ConfigError(
             f"config.data.seq_len={seq_len} exceeds the checkpoint's max_position_embeddings="
             f"{result.max_position_embeddings} ({path}); lower config.data.seq_len"
         )

@@ -22,6 +22,7 @@ import ml_collections
 import numpy as np
 
 from zoo.data import batching, classification, synthetic_classification
+from zoo.errors import ConfigError
 from zoo.eval import classification as classification_eval
 from zoo.models import bert
 from zoo.tasks import bert_encoder
@@ -54,9 +55,9 @@ def load_examples(data: ml_collections.ConfigDict, split: str, cache_dir: str) -
         key = "train_file" if split == "train" else "eval_file"
         path = data[key]
         if not path:
-            raise ValueError(f"config.data.{key} is empty; give a GLUE-style .tsv or .jsonl file")
+            raise ConfigError(f"config.data.{key} is empty; give a GLUE-style .tsv or .jsonl file")
     else:
-        raise ValueError(f"config.data.source must be 'synthetic' or 'files', got {data.source!r}")
+        raise ConfigError(f"config.data.source must be 'synthetic' or 'files', got {data.source!r}")
     return classification.read_examples(path, text_a=data.text_a, text_b=data.text_b,
                                         label=data.label)
 
@@ -84,8 +85,8 @@ class ClassificationTask(Task):
         super().__init__(config, workdir)
         self.strategy = config.finetune.strategy
         if self.strategy not in STRATEGIES:
-            raise ValueError(f"config.finetune.strategy must be one of {STRATEGIES}, got "
-                             f"{self.strategy!r}")
+            raise ConfigError(f"config.finetune.strategy must be one of {STRATEGIES}, got "
+                              f"{self.strategy!r}")
         data = config.data
         cache_dir = self.data_cache_dir()
         train_examples = load_examples(data, "train", cache_dir)

@@ -34,6 +34,7 @@ import numpy as np
 
 from zoo.data import lm_pipeline, sources
 from zoo.data import word2vec as w2v_data
+from zoo.errors import ConfigError
 from zoo.models import elmo
 from zoo.models.elmo import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID
 from zoo.tasks.base import Batch, Task
@@ -100,7 +101,7 @@ def document_rows(vocab: w2v_data.Vocabulary, documents: list[Document], seq_len
     """Training rows of `documents` (pack_document): pad_rows plus 'weights' float32 [N] (1;
     eval padding adds 0-weight rows)."""
     if seq_len < 3:
-        raise ValueError(f"config.data.seq_len={seq_len} must be >= 3 (<s>, a word and </s>)")
+        raise ConfigError(f"config.data.seq_len={seq_len} must be >= 3 (<s>, a word and </s>)")
     rows, cut = [], 0
     for document in documents:
         packed, n = pack_document(vocab, document, seq_len)

@@ -24,6 +24,7 @@ import numpy as np
 
 from zoo.data import classification
 from zoo.data import word2vec as w2v_data
+from zoo.errors import ConfigError, DataError
 from zoo.models import elmo
 from zoo.models import word2vec as w2v
 from zoo.tasks import elmo as elmo_task
@@ -52,10 +53,10 @@ class FeatureClassificationTask(Task):
         super().__init__(config, workdir)
         self.kind = config.features.kind
         if self.kind not in elmo.FEATURE_KINDS:
-            raise ValueError(f"config.features.kind must be one of {elmo.FEATURE_KINDS}, got "
-                             f"{self.kind!r}")
+            raise ConfigError(f"config.features.kind must be one of {elmo.FEATURE_KINDS}, got "
+                              f"{self.kind!r}")
         if not config.train.init_from:
-            raise ValueError(
+            raise ConfigError(
                 f"config.train.init_from is empty: set it to the workdir of a finished "
                 f"{'configs/elmo.py' if self.kind == 'elmo' else 'configs/word2vec.py'} run, "
                 "whose frozen features this task classifies")
@@ -66,8 +67,8 @@ class FeatureClassificationTask(Task):
         self.labels = classification.label_vocabulary(train_examples, data.labels)
         if data.train_examples:
             if data.train_examples < data.batch_size:
-                raise ValueError(f"config.data.train_examples={data.train_examples} must be 0 "
-                                 f"(all) or at least config.data.batch_size={data.batch_size}")
+                raise ConfigError(f"config.data.train_examples={data.train_examples} must be 0 "
+                                  f"(all) or at least config.data.batch_size={data.batch_size}")
             # A seeded random N (files list examples in document order): a learning-curve point.
             keep = np.random.default_rng(data.seed).permutation(len(train_examples))
             train_examples = [train_examples[i] for i in np.sort(keep[:data.train_examples])]
@@ -114,8 +115,8 @@ class FeatureClassificationTask(Task):
         index = {label: i for i, label in enumerate(self.labels)}
         unknown = sorted({ex["label"] for ex in examples} - set(index))
         if unknown:
-            raise ValueError(f"labels {unknown[:5]} are not in the label list {self.labels}; "
-                             "add them to config.data.labels")
+            raise DataError(f"labels {unknown[:5]} are not in the label list {self.labels}; "
+                            "add them to config.data.labels")
         rows["label"] = np.asarray([index[ex["label"]] for ex in examples], np.int32)
         rows["example_weight"] = np.ones(len(examples), np.float32)
         return rows

@@ -35,6 +35,7 @@ import numpy as np
 
 from zoo.convert import gpt2 as gpt2_convert
 from zoo.data import classification, multiple_choice, tokenizers
+from zoo.errors import ConfigError, DataError
 from zoo.models import gpt, gpt_classifier
 from zoo.tasks import bert_encoder
 from zoo.tasks.base import Batch, Task, write_once
@@ -134,7 +135,7 @@ def _workdir_tokenizer(workdir: str) -> str:
     models = sorted(f for f in os.listdir(directory) if f.endswith(".model")) \
         if os.path.isdir(directory) else []
     if len(models) != 1:
-        raise ValueError(
+        raise ConfigError(
             f"config.train.init_from={workdir!r}: found {len(models)} tokenizer models in "
             f"{directory} ({models}); the fine-tuning text must be tokenized as the language "
             "model's was: set config.data.tokenizer to the .model file of that run (in its "
@@ -169,7 +170,7 @@ class GPTClassificationTask(Task):
         data = config.data
         self.lm_weight = float(config.finetune.lm_weight)
         if self.lm_weight < 0:
-            raise ValueError(f"config.finetune.lm_weight must be >= 0, got {self.lm_weight}")
+            raise ConfigError(f"config.finetune.lm_weight must be >= 0, got {self.lm_weight}")
         self.multiple_choice = (data.synthetic_task == _MULTIPLE_CHOICE
                                 if data.source == "synthetic" else bool(data.get("choices", "")))
         cache_dir = self.data_cache_dir()
@@ -181,9 +182,9 @@ class GPTClassificationTask(Task):
             odd = next((ex for ex in train_examples + self.eval_examples
                         if len(ex["options"]) != k), None)
             if odd is not None:
-                raise ValueError(f"example {odd['id']!r} has {len(odd['options'])} options, "
-                                 f"the first training example {k}; every example needs the same "
-                                 "number of options")
+                raise DataError(f"example {odd['id']!r} has {len(odd['options'])} options, "
+                                f"the first training example {k}; every example needs the same "
+                                "number of options")
             self.labels = tuple(str(i) for i in range(k))
         else:
             self.labels = classification.label_vocabulary(train_examples, data.labels)
@@ -191,9 +192,9 @@ class GPTClassificationTask(Task):
             cache_dir, train_examples)
         start = getattr(self.tokenizer, "bos_id", None)
         if start is None:
-            raise ValueError(f"config.data.tokenizer: {type(self.tokenizer).__name__} has no "
-                             "beginning-of-text id to start GPT's inputs with; use the "
-                             "SentencePiece model (or GPT-2 vocabulary) the GPT was trained on")
+            raise ConfigError(f"config.data.tokenizer: {type(self.tokenizer).__name__} has no "
+                              "beginning-of-text id to start GPT's inputs with; use the "
+                              "SentencePiece model (or GPT-2 vocabulary) the GPT was trained on")
         self.start_id = start
         self.train_rows = self._rows(train_examples)
         self.eval_rows = self._rows(self.eval_examples)
@@ -217,11 +218,11 @@ class GPTClassificationTask(Task):
                               lambda tmp: multiple_choice.write_jsonl(tmp, splits()[split]))
             return multiple_choice.read_examples(path, choices="options", context="context")
         if data.source != "files":
-            raise ValueError(f"config.data.source must be 'synthetic' or 'files', got "
-                             f"{data.source!r}")
+            raise ConfigError(f"config.data.source must be 'synthetic' or 'files', got "
+                              f"{data.source!r}")
         key = "train_file" if split == "train" else "eval_file"
         if not data[key]:
-            raise ValueError(f"config.data.{key} is empty; give a .tsv or .jsonl file")
+            raise ConfigError(f"config.data.{key} is empty; give a .tsv or .jsonl file")
         return multiple_choice.read_examples(data[key], choices=data.choices,
                                              context=data.text_a, label=data.label)
 
@@ -236,7 +237,7 @@ class GPTClassificationTask(Task):
         model_kw = {k: v for k, v in config.model.to_dict().items() if k != "size"}
         runtime = {k: model_kw[k] for k in _RUNTIME_FIELDS if k in model_kw}
         if init_from and os.path.isfile(os.path.join(init_from, "bert_config.json")):
-            raise ValueError(
+            raise ConfigError(
                 f"config.train.init_from={init_from!r} is not a checkpoint of this model: it is a "
                 "google-research/bert checkpoint (bert_config.json), and this task fine-tunes "
                 "GPT; point init_from at a zoo GPT run or a Hugging Face GPT-2 directory "
@@ -246,7 +247,7 @@ class GPTClassificationTask(Task):
             hf_config = bert_encoder.read_pretrained_config(path)
             model_type = hf_config.get("model_type", "gpt2")
             if model_type != "gpt2":
-                raise ValueError(
+                raise ConfigError(
                     f"config.train.init_from={init_from!r} is not a checkpoint of this model: "
                     f"its config.json says model_type={model_type!r}, and this task fine-tunes "
                     "GPT; point init_from at a zoo GPT run or a Hugging Face GPT-2 directory"
@@ -260,7 +261,7 @@ class GPTClassificationTask(Task):
             shapes = _checkpoint_shapes(init_from)
             vocab, positions = (shapes["wte"][0], shapes["wpe"][0]) if shapes else (None, None)
             if vocab is not None and vocab != tokenizer.vocab_size:
-                raise ValueError(
+                raise ConfigError(
                     f"config.train.init_from={init_from!r}: its GPT has a vocabulary of {vocab} "
                     f"tokens but the tokenizer has {tokenizer.vocab_size}; set "
                     "config.data.tokenizer to the .model file that language model was trained "
@@ -277,11 +278,11 @@ class GPTClassificationTask(Task):
                 max_len=max(data.seq_len, model_kw.pop("max_len", 0)), **model_kw)
             where = ""
         if where and tokenizer.vocab_size != model_config.vocab_size:
-            raise ValueError(f"{where}: vocab_size {model_config.vocab_size} differs from the "
-                             f"tokenizer's {tokenizer.vocab_size}; leave config.data.tokenizer "
-                             "empty to use the checkpoint's own")
+            raise ConfigError(f"{where}: vocab_size {model_config.vocab_size} differs from the "
+                              f"tokenizer's {tokenizer.vocab_size}; leave config.data.tokenizer "
+                              "empty to use the checkpoint's own")
         if data.seq_len > model_config.max_len:
-            raise ValueError(
+            raise ConfigError(
                 f"config.data.seq_len={data.seq_len} exceeds the {model_config.max_len} "
                 f"positions of the GPT ({where or 'config.model.max_len'}); lower "
                 "config.data.seq_len (or pretrain with a longer one)")
@@ -292,9 +293,9 @@ class GPTClassificationTask(Task):
         index = {label: i for i, label in enumerate(self.labels)}
         unknown = next((ex for ex in examples if ex["label"] not in index), None)
         if unknown is not None:
-            raise ValueError(f"example {unknown['id']!r} has label {unknown['label']!r}, not "
-                             f"among the known labels {list(self.labels)}; list every label in "
-                             "config.data.labels")
+            raise DataError(f"example {unknown['id']!r} has label {unknown['label']!r}, not "
+                            f"among the known labels {list(self.labels)}; list every label in "
+                            "config.data.labels")
         if self.multiple_choice:
             texts = []
             for ex in examples:

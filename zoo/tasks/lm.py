@@ -11,6 +11,7 @@ import numpy as np
 from zoo import decoding
 from zoo.data import lm_pipeline, tokenizers
 from zoo.data.tokenizers import BOS_ID
+from zoo.errors import ConfigError
 from zoo.models import gpt
 from zoo.tasks.base import Batch, Task
 from zoo.train import dry_run
@@ -112,8 +113,8 @@ class LanguageModelTask(Task):
         max_len = min(cfg.max_len, decoder.max_len or cfg.max_len)
         prompt = [BOS_ID] + self.tokenizer.encode(cfg.prompt)
         if len(prompt) >= max_len:
-            raise ValueError(f"config.sample.prompt is {len(prompt)} tokens; it must be shorter "
-                             f"than config.sample.max_len={max_len}")
+            raise ConfigError(f"config.sample.prompt is {len(prompt)} tokens; it must be shorter "
+                              f"than config.sample.max_len={max_len}")
         out = decoding.sample(
             decoder, np.tile(np.asarray(prompt, np.int32), (cfg.num, 1)),
             rng=jax.random.key(cfg.seed), max_len=max_len, temperature=cfg.temperature,

@@ -14,6 +14,7 @@ import ml_collections
 import numpy as np
 
 from zoo.data import squad, synthetic_squad
+from zoo.errors import ConfigError
 from zoo.eval import squad as squad_eval
 from zoo.models import bert
 from zoo.tasks import bert_encoder
@@ -44,11 +45,11 @@ def load_examples(data: ml_collections.ConfigDict, split: str, cache_dir: str) -
         path = data.train_file if split == "train" else data.eval_file
         if not path:
             key = "train_file" if split == "train" else "eval_file"
-            raise ValueError(f"config.data.{key} is empty; give a SQuAD JSON file")
+            raise ConfigError(f"config.data.{key} is empty; give a SQuAD JSON file")
         return squad.load_squad(path)
     if data.source == "tfds":
         return squad.load_squad(f"squad/v{data.version}", split, data_dir=data.tfds_data_dir)
-    raise ValueError(
+    raise ConfigError(
         f"config.data.source must be 'synthetic', 'json' or 'tfds', got {data.source!r}")
 
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from zoo import decoding
 from zoo.data import batching, parallel, synthetic_translation, tokenizers
+from zoo.errors import ConfigError
 from zoo.eval import bleu, rouge
 from zoo.models import transformer
 from zoo.tasks.base import Batch, Task, write_once
@@ -56,17 +57,17 @@ def load_pairs(data: ml_collections.ConfigDict, split: str, cache_dir: str
         prefix = "train" if split == "train" else "eval"
         path = data[f"{prefix}_file"]
         if not path:
-            raise ValueError(f"config.data.{prefix}_file is empty; give a TSV of source<TAB>"
-                             f"target lines, or the source side with config.data."
-                             f"{prefix}_target_file")
+            raise ConfigError(f"config.data.{prefix}_file is empty; give a TSV of source<TAB>"
+                              f"target lines, or the source side with config.data."
+                              f"{prefix}_target_file")
         return parallel.read_parallel(path, target_file=data[f"{prefix}_target_file"])
     if data.source == "tfds":
         key = "tfds_train_split" if split == "train" else "tfds_validation_split"
         return parallel.read_parallel_tfds(
             data.tfds_name, data[key], data.tfds_data_dir, source_lang=data.source_lang,
             target_lang=data.target_lang, max_records=data.tfds_max_records)
-    raise ValueError(f"config.data.source must be 'synthetic', 'files' or 'tfds', got "
-                     f"{data.source!r}")
+    raise ConfigError(f"config.data.source must be 'synthetic', 'files' or 'tfds', got "
+                      f"{data.source!r}")
 
 
 class TranslationTask(Task):
@@ -74,8 +75,8 @@ class TranslationTask(Task):
         super().__init__(config, workdir)
         data = config.data
         if config.eval.decode not in _DECODE_METHODS:
-            raise ValueError(f"config.eval.decode must be one of {_DECODE_METHODS}, got "
-                             f"{config.eval.decode!r}")
+            raise ConfigError(f"config.eval.decode must be one of {_DECODE_METHODS}, got "
+                              f"{config.eval.decode!r}")
         cache_dir = self.data_cache_dir()
         train_pairs = load_pairs(data, "train", cache_dir)
         self.eval_pairs = load_pairs(data, "validation", cache_dir)

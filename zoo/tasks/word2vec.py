@@ -22,6 +22,7 @@ from jax.experimental import multihost_utils
 
 from zoo.data import sources, synthetic
 from zoo.data import word2vec as w2v_data
+from zoo.errors import ConfigError
 from zoo.models import word2vec as w2v
 from zoo.tasks.base import Batch, Task
 
@@ -32,7 +33,7 @@ def neighbour_purity(vectors: np.ndarray, labels: np.ndarray, k: int) -> dict[st
     labels = np.asarray(labels)
     n = len(labels)
     if n < 2 or k < 1:
-        raise ValueError(f"neighbour_purity needs >= 2 vectors and k >= 1, got {n} and k={k}")
+        raise ConfigError(f"neighbour_purity needs >= 2 vectors and k >= 1, got {n} and k={k}")
     k = min(k, n - 1)
     v = np.asarray(vectors, np.float64)
     v = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
@@ -49,8 +50,8 @@ class Word2VecTask(Task):
         super().__init__(config, workdir)
         data = config.data
         if data.negatives < 1:
-            raise ValueError(f"config.data.negatives={data.negatives} must be >= 1 (noise words "
-                             "per example; the C tool's default is 5)")
+            raise ConfigError(f"config.data.negatives={data.negatives} must be >= 1 (noise words "
+                              "per example; the C tool's default is 5)")
         train_sentences = [w2v_data.tokenize(s) for doc in sources.load_documents(data, "train")
                            for s in doc]
         eval_sentences = [w2v_data.tokenize(s) for doc in
@@ -88,8 +89,8 @@ class Word2VecTask(Task):
         types = tuple(self.config.eval.purity_types)
         unknown = [t for t in types if t not in synthetic.ENTITY_TYPES]
         if unknown:
-            raise ValueError(f"config.eval.purity_types has {unknown}; choose from "
-                             f"{synthetic.ENTITY_TYPES}")
+            raise ConfigError(f"config.eval.purity_types has {unknown}; choose from "
+                              f"{synthetic.ENTITY_TYPES}")
         world = synthetic.make_world(data.seed, data.synthetic_entities)
         ids, labels = [], []
         for label, type_ in enumerate(types):
@@ -110,7 +111,7 @@ class Word2VecTask(Task):
         try:
             return [self.vocab.id(w) for w in words]
         except KeyError as e:
-            raise ValueError(f"config.sample.words: {e.args[0]}") from None
+            raise ConfigError(f"config.sample.words: {e.args[0]}") from None
 
     def _with_probes(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Eval rows with a probe column: row i probes entity word i, the rest weigh 0."""

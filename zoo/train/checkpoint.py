@@ -16,23 +16,25 @@ import orbax.checkpoint as ocp
 from etils import epath
 from jax.experimental import multihost_utils
 
+from zoo.errors import ConfigError, DataError, MissingFileError, UserError
 from zoo.train import checkpoint_failures, checksums
 from zoo.train.checkpoint_failures import CheckpointWriteError, first_line
 
 
-class MissingParamsError(ValueError):
+class MissingParamsError(UserError, ValueError):
     """A checkpoint holds none of (or only part of) the parameters asked for."""
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(UserError, ValueError):
     """A checkpoint's parameters have other names or shapes than the model being restored."""
 
 
-class CorruptCheckpointError(RuntimeError):
-    """No checkpoint in the directory could be read."""
+class CorruptCheckpointError(UserError, RuntimeError):
+    """No checkpoint in the directory could be read (each is named; the message says to move
+    the directory away and start over)."""
 
 
-class DataReshardError(ValueError):
+class DataReshardError(UserError, ValueError):
     """The saved data-iterator positions cannot be mapped onto this run's process count."""
 
 
@@ -99,6 +101,18 @@ def _restore_iterator(directory: str, iterator) -> None:
         iterator.start_prefetch()
 
 
+def existing(workdir: str) -> "Checkpointer | None":
+    """The Checkpointer of `workdir` when it holds a checkpoint, else None; unlike
+    Checkpointer(workdir), creates no directory (a mistyped path stays a mistake)."""
+    if not os.path.isdir(os.path.join(workdir, "checkpoints")):
+        return None
+    checkpointer = Checkpointer(workdir)
+    if checkpointer.latest_step() is None:
+        checkpointer.close()
+        return None
+    return checkpointer
+
+
 class Checkpointer:
     """One directory of step checkpoints.
 
@@ -109,7 +123,7 @@ class Checkpointer:
     def __init__(self, workdir: str, max_to_keep: int = 3, async_save: bool = True,
                  subdir: str = "checkpoints", best_metric: str = "", best_mode: str = "min"):
         if best_mode not in ("min", "max"):
-            raise ValueError(f"config.train.best_mode must be 'min' or 'max', got {best_mode!r}")
+            raise ConfigError(f"config.train.best_mode must be 'min' or 'max', got {best_mode!r}")
         self.directory = os.path.join(os.path.abspath(workdir), subdir)
         self.best_metric, self.best_mode = best_metric, best_mode
         self._pending: int | None = None  # the step an async save may still be writing
@@ -225,7 +239,7 @@ class Checkpointer:
         """
         steps = sorted(self._manager.all_steps(), reverse=True) if step is None else [step]
         if not steps:
-            raise FileNotFoundError(
+            raise MissingFileError(
                 f"no checkpoint in {self.directory}; train first (train.py --workdir=...)"
             )
         abstract = jax.tree.map(
@@ -353,15 +367,15 @@ class Checkpointer:
         where = source or f"the params in {self.directory}"
         step = self.latest_step() if step is None else step
         if step is None:
-            raise FileNotFoundError(f"{where}: no checkpoint in {self.directory} to initialise "
-                                    "from; point it at the workdir of a finished run")
+            raise MissingFileError(f"{where}: no checkpoint in {self.directory} to initialise "
+                                   "from; point it at the workdir of a finished run")
         wanted = _shapes(target_params)
         try:
             saved = self._saved_param_shapes(step)
         except Exception as e:  # noqa: BLE001 -- orbax/tensorstore raise bare Exception
-            raise ValueError(f"{where}: the checkpoint step {step} in {self.directory} cannot be "
-                             f"read ({first_line(e)}); point it at the workdir of a finished "
-                             "run") from None
+            raise DataError(f"{where}: the checkpoint step {step} in {self.directory} cannot be "
+                            f"read ({first_line(e)}); point it at the workdir of a finished "
+                            "run") from None
         missing = [name for name in wanted if name not in saved]
         if missing:
             def top(names):  # "['bert']['pooler']..." -> bert
@@ -397,8 +411,8 @@ class Checkpointer:
                     item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
                     partial_restore=True)))
         except Exception as e:  # orbax and tensorstore raise bare Exception
-            raise ValueError(f"{where}: the params of checkpoint step {step} in {self.directory} "
-                             f"cannot be read ({first_line(e)})") from e
+            raise DataError(f"{where}: the params of checkpoint step {step} in {self.directory} "
+                            f"cannot be read ({first_line(e)})") from e
         return restored["state"]["params"]
 
     def close(self) -> None:

@@ -9,6 +9,8 @@ import re
 import sys
 import warnings
 
+from zoo.errors import UserError
+
 # OS errors that mean the disk (or the quota, or the file-size limit) is full: what, and what to
 # do about it. Any other write error is reported with its own text.
 NO_SPACE = {
@@ -22,7 +24,7 @@ NO_SPACE = {
 _OS_ERROR_CODE = re.compile(r"os_error_code='?(\d+)")
 
 
-class CheckpointWriteError(OSError):
+class CheckpointWriteError(UserError, OSError):
     """A checkpoint step could not be written (disk full, quota, I/O error): that step is not
     committed, and `previous_step` (None when there is none) is intact. `errno` is the OS error
     behind it when one is known."""

@@ -13,16 +13,23 @@ import optax
 from jax.experimental import multihost_utils
 
 from zoo import tasks
+from zoo.errors import ConfigError, MissingFileError, UserError
 from zoo.train import metrics as metrics_lib
-from zoo.train import dry_run, optim, partitioning, step
+from zoo.train import checkpoint, dry_run, optim, partitioning, step
 from zoo.train.checkpoint import Checkpointer, MissingParamsError
 from zoo.train.state import TrainState
 
 NONFINITE_POLICIES = ("skip", "stop")
 
 
-class LossSpikeError(FloatingPointError):
-    """The loss-spike guard skipped config.train.loss_spike.max_in_a_row steps in a row."""
+class LossSpikeError(UserError, FloatingPointError):
+    """The loss-spike guard skipped config.train.loss_spike.max_in_a_row steps in a row (the
+    message gives the intact checkpoint and the config keys to change)."""
+
+
+class NonFiniteLossError(UserError, FloatingPointError):
+    """A NaN/Inf loss or gradient under config.train.nonfinite='stop' (the message gives the
+    intact checkpoint and what to change)."""
 
 
 def _rules(config: ml_collections.ConfigDict) -> tuple:
@@ -33,7 +40,12 @@ def _rules(config: ml_collections.ConfigDict) -> tuple:
 def _to_global(batch, sharding):
     # Each process holds only its rows; this assembles the global array without a copy of the
     # other processes' data (single-process: just a device_put with the batch sharding).
-    return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), batch)
+    try:
+        return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, x), batch)
+    except ValueError:  # jax's IndivisibleError names neither the batch size nor the mesh keys
+        for x in jax.tree.leaves(batch):
+            partitioning.check_batch(x.shape[0] * jax.process_count(), sharding)
+        raise
 
 
 def evaluate(task, eval_step, params, batch_sharding, predict_step=None) -> dict[str, float]:
@@ -68,10 +80,18 @@ class Setup:
 def build(config: ml_collections.ConfigDict, workdir: str, devices=None) -> Setup:
     """Task, mesh (over `devices`, default all) and a freshly initialised state, each parameter
     created on its own shard."""
-    os.makedirs(workdir, exist_ok=True)
-    task = tasks.get(config.task)(config, workdir)
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise ConfigError(f"--workdir={workdir} is a file, not a directory; give a directory (a "
+                          "new one starts a run, the workdir of a run resumes it)")
+    try:
+        os.makedirs(workdir, exist_ok=True)
+    except OSError as e:  # e.g. read-only, or no permission on a parent
+        raise ConfigError(f"--workdir={workdir} cannot be created ({e}); give a directory this "
+                          "user can write") from e
+    # The mesh first: a mesh that does not fit the devices is refused before any data work.
     mesh = partitioning.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor,
                                   devices=devices)
+    task = tasks.get(config.task)(config, workdir)
     rules = _rules(config)
     optimizer = optim.make_optimizer(config.optim, frozen=task.frozen_subtrees())
 
@@ -91,8 +111,8 @@ def _spike_guard(config: ml_collections.ConfigDict) -> step.SpikeGuard | None:
     if not spike.factor:
         return None
     if spike.max_in_a_row < 1:
-        raise ValueError(f"config.train.loss_spike.max_in_a_row={spike.max_in_a_row} must be "
-                         ">= 1")
+        raise ConfigError(f"config.train.loss_spike.max_in_a_row={spike.max_in_a_row} must be "
+                          ">= 1")
     return step.SpikeGuard(spike.factor, spike.warmup_steps, spike.decay)
 
 
@@ -164,11 +184,11 @@ def _profile_window(spec: str) -> tuple[int, int] | None:
     try:
         start, stop = (int(x) for x in spec.split(":"))
     except ValueError:
-        raise ValueError(
+        raise ConfigError(
             f"config.train.profile_steps={spec!r} must be 'START:STOP' (e.g. '10:15')"
         ) from None
     if not 0 <= start < stop:
-        raise ValueError(f"config.train.profile_steps={spec!r} needs 0 <= START < STOP")
+        raise ConfigError(f"config.train.profile_steps={spec!r} needs 0 <= START < STOP")
     return start, stop
 
 
@@ -177,8 +197,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
     `workdir` if there is one. Returns the last eval summary."""
     train_cfg = config.train
     if train_cfg.nonfinite not in NONFINITE_POLICIES:
-        raise ValueError(f"config.train.nonfinite must be one of {NONFINITE_POLICIES}, "
-                         f"got {train_cfg.nonfinite!r}")
+        raise ConfigError(f"config.train.nonfinite must be one of {NONFINITE_POLICIES}, "
+                          f"got {train_cfg.nonfinite!r}")
     profile = _profile_window(train_cfg.profile_steps)
     if train_cfg.dry_run:
         return dry_run.report(config, workdir, devices)
@@ -230,7 +250,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
                     jax.block_until_ready(state)
                     jax.profiler.stop_trace()
                 if train_cfg.nonfinite == "stop" and float(step_metrics["nonfinite"]):
-                    raise FloatingPointError(
+                    raise NonFiniteLossError(
                         f"step {done}: the loss or gradients are NaN/Inf, so training stopped "
                         f"(config.train.nonfinite='stop'); the update was not applied and the "
                         f"last checkpoint, step {checkpointer.latest_step()}, is intact in "
@@ -290,11 +310,16 @@ def _init_params_from(workdir: str, state: TrainState, subtree: str | None = Non
     if any(os.path.isfile(os.path.join(workdir, name))
            for name in ("config.json", "bert_config.json")):
         return state.replace(params=_pretrained_params(workdir, state.params, subtree))
-    source = Checkpointer(workdir)
-    if source.latest_step() is None:
-        raise FileNotFoundError(
-            f"config.train.init_from={workdir!r} holds no checkpoint ({source.directory}); "
-            "point it at the workdir of a finished run"
+    if not os.path.isdir(workdir):
+        raise MissingFileError(
+            f"config.train.init_from={workdir!r} is not a directory; point it at the workdir of "
+            "a finished run, or a Hugging Face / google-research/bert checkpoint directory")
+    source = checkpoint.existing(workdir)  # never creates <init_from>/checkpoints
+    if source is None:
+        raise MissingFileError(
+            f"config.train.init_from={workdir!r} holds no checkpoint "
+            f"({os.path.join(os.path.abspath(workdir), 'checkpoints')}); point it at the "
+            "workdir of a finished run"
         )
     where = f"config.train.init_from={workdir!r}"
     try:
@@ -341,7 +366,7 @@ def _pretrained_params(directory: str, params, subtree: str | None):
     if jax.tree.structure(loaded) != jax.tree.structure(target):
         def top(tree):
             return sorted(map(str, tree)) if isinstance(tree, dict) else type(tree).__name__
-        raise ValueError(
+        raise ConfigError(
             f"{where} is not a checkpoint of this model: its parameters {top(loaded)} do not "
             f"match this model's {subtree or 'parameters'} {top(target)} (a different "
             "architecture or head); point init_from at a checkpoint of the model this task "
@@ -356,9 +381,9 @@ def _pretrained_params(directory: str, params, subtree: str | None):
         if np.shape(a) != b.shape
         for name in [jax.tree_util.keystr(path)]]
     if mismatched:
-        raise ValueError(f"{where}: {len(mismatched)} parameter shapes differ from this "
-                         f"model's: {'; '.join(mismatched[:3])}. The model config must be the "
-                         "checkpoint's")
+        raise ConfigError(f"{where}: {len(mismatched)} parameter shapes differ from this "
+                          f"model's: {'; '.join(mismatched[:3])}. The model config must be the "
+                          "checkpoint's")
     placed = jax.tree.map(lambda a, b: jax.device_put(np.asarray(a, b.dtype), b.sharding),
                           loaded, target)
     if jax.process_index() == 0:
@@ -400,7 +425,7 @@ def _maybe_save_best(best: Checkpointer | None, done, state, summary) -> None:
     if best is None:
         return
     if best.best_metric not in summary:
-        raise ValueError(f"config.train.best_metric={best.best_metric!r} is not an eval metric of "
+        raise ConfigError(f"config.train.best_metric={best.best_metric!r} is not an eval metric of "
                        f"this task; choose one of {sorted(summary)}")
     if best.is_better(float(summary[best.best_metric])):
         best.save(done, state, metrics=summary)

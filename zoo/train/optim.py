@@ -5,6 +5,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from zoo.errors import ConfigError
+
 
 def make_schedule(cfg: ml_collections.ConfigDict) -> optax.Schedule:
     """Linear warmup to `learning_rate`, then `decay` over `total_steps`.
@@ -32,7 +34,7 @@ def make_schedule(cfg: ml_collections.ConfigDict) -> optax.Schedule:
     elif decay == "cosine":
         after = optax.cosine_decay_schedule(peak, remaining)
     else:
-        raise ValueError(
+        raise ConfigError(
             f"config.optim.decay must be constant, linear, cosine or inverse_sqrt, got {decay!r}"
         )
     if warmup <= 0:
@@ -94,7 +96,7 @@ def _base_optimizer(cfg: ml_collections.ConfigDict) -> optax.GradientTransformat
     elif name == "sgd":
         opt = optax.sgd(schedule, momentum=cfg.momentum or None, nesterov=False)
     else:
-        raise ValueError(
+        raise ConfigError(
             f"config.optim.name must be adamw, lamb, adafactor or sgd, got {name!r}"
         )
     if cfg.clip_norm:

@@ -12,6 +12,8 @@ import flax.linen as nn
 import jax
 import numpy as np
 
+from zoo.errors import ConfigError
+
 MESH_AXES = ("data", "fsdp", "tensor")
 
 # Parameter axes: `embed` is split by FSDP (ZeRO-3 style: each device holds a slice of every
@@ -46,14 +48,16 @@ def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices=None) -> j
     sizes = [data, fsdp, tensor]
     n = len(devices)
     if sizes.count(-1) > 1:
-        raise ValueError(f"mesh: at most one of data/fsdp/tensor may be -1, got {sizes}")
+        raise ConfigError(f"mesh: at most one of data/fsdp/tensor may be -1, got {sizes}")
     if -1 in sizes:
         known = int(np.prod([s for s in sizes if s != -1]))
         if known <= 0 or n % known:
-            raise ValueError(f"mesh: {n} devices cannot be split as data/fsdp/tensor = {sizes}")
+            raise ConfigError(f"mesh: {n} devices cannot be split as data/fsdp/tensor = {sizes}; "
+                              "set config.mesh.data/fsdp/tensor to sizes whose product is the "
+                              f"device count ({n}), one of them -1 for the rest")
         sizes[sizes.index(-1)] = n // known
     if int(np.prod(sizes)) != n:
-        raise ValueError(
+        raise ConfigError(
             f"mesh: data*fsdp*tensor = {sizes} uses {int(np.prod(sizes))} devices but {n} are "
             "present; set config.mesh.data/fsdp/tensor so their product is the device count "
             "(or use -1 for one of them)"
@@ -88,8 +92,45 @@ def sharded_init(
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         abstract = jax.eval_shape(init_fn, *args)
         shardings = logical_sharding(abstract, mesh, rules)
+    # Unboxed outside the mesh: inside it, unboxing applies each box's sharding constraint.
+    _check_divisible(nn.unbox(abstract), nn.unbox(shardings), mesh)
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         variables = jax.jit(init_fn, out_shardings=shardings)(*args)
     return nn.unbox(variables), nn.unbox(shardings)
+
+
+def _ways(mesh: jax.sharding.Mesh, axes) -> tuple[tuple[str, ...], int]:
+    """The mesh axes one entry of a PartitionSpec names, and how many shards they make."""
+    names = () if axes is None else (axes,) if isinstance(axes, str) else tuple(axes)
+    return names, int(np.prod([mesh.shape[a] for a in names]))
+
+
+def _check_divisible(abstract, shardings, mesh: jax.sharding.Mesh) -> None:
+    """ConfigError naming the first array whose dimension the mesh cannot split evenly (jax
+    would report it from deep inside jit, without saying which parameter or config key)."""
+    for (path, leaf), sharding in zip(jax.tree_util.tree_leaves_with_path(abstract),
+                                      jax.tree.leaves(shardings)):
+        for dim, (size, axes) in enumerate(zip(leaf.shape, sharding.spec)):
+            names, ways = _ways(mesh, axes)
+            if size % ways:
+                keys = " x ".join(f"config.mesh.{a}={mesh.shape[a]}" for a in names)
+                raise ConfigError(
+                    f"mesh: {jax.tree_util.keystr(path)} of shape {tuple(leaf.shape)} cannot be "
+                    f"split {ways} ways ({keys}): its dimension {dim} has {size} entries. Choose "
+                    "mesh sizes that divide the model's widths (tensor splits heads, MLP width "
+                    "and vocabulary; fsdp the embedding width), or map that logical axis to None "
+                    "in config.mesh.rules")
+
+
+def check_batch(rows: int, sharding: jax.sharding.NamedSharding) -> None:
+    """ConfigError unless a global batch of `rows` rows splits evenly over `sharding`."""
+    names, ways = _ways(sharding.mesh, sharding.spec[0] if sharding.spec else None)
+    if rows % ways:
+        keys = " x ".join(f"config.mesh.{a}={sharding.mesh.shape[a]}" for a in names)
+        raise ConfigError(
+            f"mesh: a batch of {rows} rows cannot be split over the {ways} devices that share "
+            f"each batch ({keys}); make config.data.batch_size (and eval_batch_size) a multiple "
+            f"of {ways}, or change config.mesh")
 
 
 def batch_sharding(mesh: jax.sharding.Mesh, rules: Sequence = DEFAULT_RULES):

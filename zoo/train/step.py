@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from zoo.errors import ConfigError
 from zoo.train.state import LossStats, TrainState
 
 LossFn = Callable[..., dict[str, jax.Array]]
@@ -27,7 +28,7 @@ def _micro_batches(batch: dict[str, jax.Array], k: int) -> dict[str, jax.Array]:
 
     def split(x):
         if x.shape[0] % k:
-            raise ValueError(
+            raise ConfigError(
                 f"batch size {x.shape[0]} is not divisible by config.train.grad_accum_steps={k}"
             )
         return jnp.swapaxes(x.reshape(x.shape[0] // k, k, *x.shape[1:]), 0, 1)
@@ -50,10 +51,10 @@ class SpikeGuard:
 
     def __post_init__(self):
         if self.factor <= 1.0:
-            raise ValueError(f"config.train.loss_spike.factor={self.factor} must be > 1 (a spike "
-                             "is a loss above factor x its running mean); 0 turns the guard off")
+            raise ConfigError(f"config.train.loss_spike.factor={self.factor} must be > 1 (a spike "
+                              "is a loss above factor x its running mean); 0 turns the guard off")
         if not 0.0 < self.decay < 1.0:
-            raise ValueError(f"config.train.loss_spike.decay={self.decay} must be in (0, 1)")
+            raise ConfigError(f"config.train.loss_spike.decay={self.decay} must be in (0, 1)")
 
     def is_spike(self, loss: jax.Array, stats: LossStats, step: jax.Array) -> jax.Array:
         judged = (step >= self.warmup_steps) & (stats.count > 0)
@@ -91,7 +92,7 @@ def make_train_step(
     metrics['loss_spike'] to 1 and metrics['spikes_in_a_row'] counts them.
     """
     if grad_accum_steps < 1:
-        raise ValueError(f"config.train.grad_accum_steps must be >= 1, got {grad_accum_steps}")
+        raise ConfigError(f"config.train.grad_accum_steps must be >= 1, got {grad_accum_steps}")
 
     def sum_grads(params, batch, rng):
         def loss_sum(p):

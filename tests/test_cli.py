@@ -1,0 +1,216 @@
+"""User errors reach the terminal as their message alone (zoo.errors.reported, zoo.cli): no
+traceback, exit status 1; ZOO_DEBUG=1 shows the traceback; any other error keeps it."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from absl import flags
+from ml_collections import config_flags
+
+from zoo import cli, errors
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---- the handler, in process ----------------------------------------------------------------
+
+
+def _exit_code(run) -> int:
+    with pytest.raises(SystemExit) as info:
+        run()
+    return info.value.code
+
+
+def test_a_user_error_prints_its_message_alone_and_exits_1(capsys, monkeypatch):
+    monkeypatch.delenv("ZOO_DEBUG", raising=False)
+
+    def run():
+        with errors.reported("zoo.tool"):
+            print("some progress")
+            raise errors.DataError("train.tsv:3: 1 tab-separated fields; fix the row")
+
+    assert _exit_code(run) == 1
+    out, err = capsys.readouterr()
+    assert out == "some progress\n"
+    assert err == "zoo.tool: train.tsv:3: 1 tab-separated fields; fix the row\n"
+
+
+@pytest.mark.parametrize("error", [errors.ConfigError("bad key"),
+                                   errors.MissingFileError("no such run")])
+def test_every_user_error_kind_keeps_its_builtin_type_and_is_reported(capsys, monkeypatch,
+                                                                      error):
+    monkeypatch.delenv("ZOO_DEBUG", raising=False)
+    assert isinstance(error, (ValueError, FileNotFoundError))  # `except` clauses keep working
+
+    def run():
+        with errors.reported():
+            raise error
+
+    assert _exit_code(run) == 1
+    assert capsys.readouterr().err == f"error: {error.args[0]}\n"
+
+
+@pytest.mark.parametrize("value", ["1", "yes"])
+def test_zoo_debug_lets_a_user_error_through_with_its_traceback(monkeypatch, value):
+    monkeypatch.setenv("ZOO_DEBUG", value)
+    with pytest.raises(errors.ConfigError, match="bad key"):
+        with errors.reported():
+            raise errors.ConfigError("bad key")
+
+
+@pytest.mark.parametrize("error", [ZeroDivisionError("division by zero"),
+                                   RuntimeError("a bug"), ValueError("not a user error")])
+def test_an_internal_error_is_not_caught(monkeypatch, error):
+    monkeypatch.delenv("ZOO_DEBUG", raising=False)
+    with pytest.raises(type(error)):
+        with errors.reported():
+            raise error
+
+
+def test_find_returns_the_first_user_error_of_a_chain():
+    # ml_collections re-raises a config file's error as a new one of the same type, holding
+    # the traceback as text; absl wraps that in its own flag error.
+    try:
+        try:
+            try:
+                raise errors.ConfigError("config variant key 'sise' is unknown")
+            except ValueError as e:
+                raise errors.ConfigError("Error whilst parsing config file:\n\nTraceback") from e
+        except ValueError as e:
+            raise flags.IllegalFlagValueError("flag --config=...") from e
+    except flags.Error as e:
+        assert str(errors.find(e)) == "config variant key 'sise' is unknown"
+    assert errors.find(RuntimeError("no user error here")) is None
+
+
+# ---- command-line parsing, in process --------------------------------------------------------
+
+
+def _flag_values(argv):
+    fv = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "", lock_config=True, flag_values=fv,
+                                    sys_argv=list(argv))
+    flags.DEFINE_integer("k", 1, "", flag_values=fv)
+    return fv
+
+
+@pytest.mark.parametrize("args, error, message", [
+    (["--config=configs/gpt.py:sise=tiny"], errors.ConfigError,
+     r"^config variant key 'sise' is unknown; known keys: \['size'\]$"),
+    (["--config=configs/nope.py"], errors.MissingFileError,
+     r"^--config=configs/nope\.py: \[Errno 2\] No such file or directory: 'configs/nope\.py'"),
+    (["--config=configs/nope.py", "--config.train.steps=2"], errors.MissingFileError,
+     r"^--config=configs/nope\.py: \[Errno 2\] No such file"),
+    (["--config=configs/gpt.py", "--config.train.stpes=2"], errors.ConfigError,
+     r"^unknown config key config\.train\.stpes; did you mean config\.train\.steps\?"),
+    (["--config=configs/gpt.py", "--k=many"], errors.ConfigError,
+     r"^flag --k=many: invalid literal for int"),
+    (["--config=configs/gpt.py", "--kk=1"], errors.ConfigError,
+     r"^Unknown command line flag 'kk'"),
+], ids=["variant", "missing_file", "missing_file_with_override", "unknown_key", "bad_value",
+        "unknown_flag"])
+def test_parse_flags_raises_one_user_error(monkeypatch, args, error, message):
+    monkeypatch.chdir(REPO)
+    argv = ["prog", *args]
+    with pytest.raises(error, match=message) as info:
+        cli.parse_flags(_flag_values(argv), argv)
+    assert "Traceback" not in str(info.value)
+
+
+def test_parse_flags_returns_the_config():
+    argv = ["prog", f"--config={REPO}/configs/gpt.py:size=tiny", "--config.train.steps=7"]
+    fv = _flag_values(argv)
+    assert cli.parse_flags(fv, argv) == ["prog"]
+    assert fv.config.train.steps == 7
+
+
+# ---- real commands ---------------------------------------------------------------------------
+
+
+def _squad_file_with_answers_elsewhere(path):
+    document = {"version": "1.1", "data": [{"title": "France", "paragraphs": [{
+        "context": "Paris is the capital of France.",
+        "qas": [{"id": "q1", "question": "What is the capital?",
+                 "answers": [{"text": "Paris", "answer_start": 5}]}]}]}]}
+    path.write_text(json.dumps(document))
+    return path
+
+
+_RAISE = ("import sys; sys.path.insert(0, {repo!r}); from zoo import errors\n"
+          "with errors.reported():\n    {statement}")
+
+
+@pytest.fixture(scope="module")
+def commands(tmp_path_factory):
+    """Every command at once (each spends seconds importing): name -> (returncode, stderr,
+    the workdir it was given)."""
+    root = tmp_path_factory.mktemp("commands")
+    squad = _squad_file_with_answers_elsewhere(root / "squad.json")
+    (root / "empty").mkdir()
+    (root / "empty_debug").mkdir()
+    gpt = "--config=configs/gpt.py:size=tiny"
+    cases = {
+        "eval_empty_workdir": ["eval.py", gpt, f"--workdir={root / 'empty'}"],
+        "squad_answers_elsewhere": [
+            "train.py", "--config=configs/squad.py:size=tiny", "--config.data.source=json",
+            f"--config.data.train_file={squad}", f"--config.data.eval_file={squad}",
+            f"--workdir={root / 'squad_run'}"],
+        "mesh_too_big": ["train.py", gpt, "--config.mesh.tensor=3",
+                         f"--workdir={root / 'mesh_run'}"],
+        "attention_maps_bad_flag": ["-m", "zoo.attention_maps", gpt, "--workdir=nowhere",
+                                    "--text=hi", "--layer=0"],
+        "eval_empty_workdir_debug": ["eval.py", gpt, f"--workdir={root / 'empty_debug'}"],
+        "user_error": ["-c", _RAISE.format(
+            repo=REPO, statement="raise errors.ConfigError('config.x must be 1')")],
+        "internal_error": ["-c", _RAISE.format(repo=REPO, statement="1 / 0")],
+    }
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1",
+               JAX_PLATFORMS="cpu")
+    env.pop("ZOO_DEBUG", None)
+    started = {name: subprocess.Popen(
+        [sys.executable, *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, env=dict(env, ZOO_DEBUG="1") if name.endswith("_debug") else env)
+        for name, args in cases.items()}
+    results = {name: (proc.communicate(timeout=300)[1], proc.returncode)
+               for name, proc in started.items()}
+    return {name: (code, stderr, root) for name, (stderr, code) in results.items()}
+
+
+@pytest.mark.parametrize("case, message", [
+    ("eval_empty_workdir",
+     r"^error: no checkpoint under .*/empty/checkpoints; train first with `python train\.py"),
+    ("squad_answers_elsewhere",
+     r"^error: .*squad\.json: no usable questions \(1 read, 1 skipped"),
+    ("mesh_too_big",
+     r"^error: mesh: 1 devices cannot be split as data/fsdp/tensor = \[-1, 1, 3\]; set "
+     r"config\.mesh\.data/fsdp/tensor"),
+    ("attention_maps_bad_flag", r"^zoo\.attention_maps: Unknown command line flag 'layer'"),
+    ("user_error", r"^error: config\.x must be 1$"),
+])
+def test_a_user_error_is_one_message_on_the_command_line(commands, case, message):
+    returncode, stderr, _ = commands[case]
+    assert returncode == 1, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert re.search(message, stderr, re.MULTILINE), stderr[-3000:]
+
+
+def test_eval_leaves_an_empty_workdir_empty(commands):
+    assert os.listdir(commands["eval_empty_workdir"][2] / "empty") == []
+
+
+def test_zoo_debug_shows_the_traceback(commands):
+    returncode, stderr, _ = commands["eval_empty_workdir_debug"]
+    assert returncode == 1
+    assert "Traceback (most recent call last)" in stderr
+    assert re.search(r"zoo\.errors\.MissingFileError: no checkpoint under .*/empty_debug/", stderr)
+
+
+def test_an_internal_error_keeps_its_traceback(commands):
+    returncode, stderr, _ = commands["internal_error"]
+    assert returncode == 1
+    assert "Traceback (most recent call last)" in stderr
+    assert stderr.rstrip().endswith("ZeroDivisionError: division by zero")
