@@ -24,6 +24,10 @@ from zoo.models import bert, gpt, transformer
 from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer
 
+# One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),
+# and 8 fake devices only add compile and collective time.
+ONE_DEVICE = jax.devices()[:1]
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "animal", "didn", "'", "t",
          "cross", "street", "because", "it", "was", "too", "tire", "##d", "tired", "cat", "sat"]
@@ -353,7 +357,7 @@ def test_command_on_a_trained_gpt_workdir(tiny_lm_config, tmp_path, monkeypatch,
     config.data.synthetic_entities = 60  # a smaller world than the default: faster
     config.sample.num = 0
     workdir = str(tmp_path / "lm")
-    loop.run(config, workdir)
+    loop.run(config, workdir, devices=ONE_DEVICE)
     capsys.readouterr()  # the training log
     flags = [GPT_FLAG, f"--workdir={workdir}",
              *(f"--config.data.{k}={config.data[k]}" for k in LM_DATA_KEYS)]
@@ -364,7 +368,7 @@ def test_command_on_a_trained_gpt_workdir(tiny_lm_config, tmp_path, monkeypatch,
     assert paths == [want_path] and capsys.readouterr().out.split() == [want_path]
     assert _png(want_path).text["Panels"] == "4"  # 2 layers x heads 0, 3
     # The maps are those of the trained checkpoint, not of a fresh initialisation.
-    setup = loop.build(config, workdir)
+    setup = loop.build(config, workdir, devices=ONE_DEVICE)
     checkpointer = Checkpointer(workdir)
     trained = checkpointer.restore(setup.state).params
     checkpointer.close()

@@ -1,4 +1,6 @@
-"""BERT pretraining from the command line, as a user runs it: phase 1, eval, phase 2, dry run."""
+"""BERT pretraining from the command line, as a user runs it: phase 1, eval, phase 2, dry run.
+That the tiny recipe learns MLM and NSP is proven on its full 3,000 steps by the acceptance
+tier (tests/test_main_job.py::test_tiny_bert_learns_mlm_and_nsp_well_above_chance)."""
 
 import json
 import os
@@ -8,6 +10,11 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PHASE1_STEPS = 40
+# A smaller synthetic world than the recipe's, for every command below: phase 2 must find the
+# tokenizer phase 1 trained, so all of them share these data settings.
+SMALL_DATA = ["--config.data.synthetic_entities=200", "--config.data.vocab_size=512",
+              "--config.data.dupe_factor=1"]
 
 
 def _run(script, *args, check=True, devices=1):
@@ -23,26 +30,27 @@ def _run(script, *args, check=True, devices=1):
 def phase1(tmp_path_factory):
     root = tmp_path_factory.mktemp("bert")
     workdir, cache = str(root / "phase1"), str(root / "cache")
-    # A third of the tiny recipe's 3,000 steps is enough to show learning (the full recipe runs
-    # in the Quickstart main job, tests/test_main_job.py).
+    # A short phase 1 of the tiny recipe: these tests are about the command line, eval.py and
+    # phase 2's start, not about how much it learns.
     proc = _run("train.py", "--config=configs/bert_pretrain.py:size=tiny", f"--workdir={workdir}",
-                f"--config.data.cache_dir={cache}", "--config.train.steps=1000")
+                f"--config.data.cache_dir={cache}", f"--config.train.steps={PHASE1_STEPS}",
+                f"--config.train.eval_every={PHASE1_STEPS}", *SMALL_DATA)
     return root, workdir, cache, proc.stdout
 
 
-def test_tiny_bert_learns_mlm_and_nsp_well_above_chance(phase1):
+def test_phase1_prints_progress_and_reports_mlm_and_nsp(phase1):
     _, workdir, _, stdout = phase1
-    assert "tok/s" in stdout and "step   1000/1000" in stdout
+    assert "tok/s" in stdout and f"step {PHASE1_STEPS:>6}/{PHASE1_STEPS}" in stdout
     summary = json.load(open(os.path.join(workdir, "summary.json")))
-    # Chance = always the most frequent label of the eval set (a model blind to context).
-    assert summary["mlm_accuracy"] > 1.4 * summary["mlm_majority_accuracy"]
-    assert summary["nsp_accuracy"] > summary["nsp_majority_accuracy"] + 0.06
+    for key in ("mlm_accuracy", "mlm_majority_accuracy", "nsp_accuracy", "nsp_majority_accuracy"):
+        assert 0.0 <= summary[key] <= 1.0, key
 
 
 def test_eval_reports_mlm_and_nsp_accuracy(phase1):
     _, workdir, cache, _ = phase1
     proc = _run("eval.py", "--config=configs/bert_pretrain.py:size=tiny", f"--workdir={workdir}",
-                f"--config.data.cache_dir={cache}", "--config.train.steps=1000")
+                f"--config.data.cache_dir={cache}", f"--config.train.steps={PHASE1_STEPS}",
+                *SMALL_DATA)
     result = json.load(open(os.path.join(workdir, "eval.json")))
     summary = json.load(open(os.path.join(workdir, "summary.json")))
     assert result["mlm_accuracy"] == pytest.approx(summary["mlm_accuracy"], rel=1e-6)
@@ -56,9 +64,9 @@ def test_phase2_starts_from_phase1_params_and_reuses_the_prepared_data(phase1):
     phase2 = str(root / "phase2")
     args = ["--config=configs/bert_pretrain.py:size=tiny,phase=2", f"--workdir={phase2}",
             f"--config.data.cache_dir={cache}", f"--config.train.init_from={workdir}",
-            "--config.train.steps=4", "--config.train.log_every=2"]
+            "--config.train.steps=4", "--config.train.log_every=2", *SMALL_DATA]
     proc = _run("train.py", *args)
-    assert f"initialised params from {workdir}/checkpoints step 1000" in proc.stdout
+    assert f"initialised params from {workdir}/checkpoints step {PHASE1_STEPS}" in proc.stdout
     added = set(os.listdir(cache)) - before
     # Phase 2 prepared its own 128-token examples once (train + validation), sharing the
     # tokenizer with phase 1 ...

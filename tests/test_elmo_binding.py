@@ -13,6 +13,9 @@ from configs import word2vec as word2vec_config
 from zoo.train import loop
 
 
+pytestmark = pytest.mark.acceptance  # the README's ELMo claim on the full tiny recipes
+
+
 def _quiet(config):
     config.train.update(tensorboard=False, checkpoint_every=config.train.steps)
     return config

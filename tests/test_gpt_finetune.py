@@ -13,6 +13,10 @@ from zoo.data import synthetic_classification, tokenizers
 from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer
 
+# One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),
+# and 8 fake devices only add compile and collective time.
+ONE_DEVICE = jax.devices()[:1]
+
 
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory):
@@ -25,7 +29,7 @@ def pretrained(tmp_path_factory):
                         tensorboard=False)
     config.optim.warmup_steps = 4
     config.sample.num = 0
-    loop.run(config, str(root / "lm"))
+    loop.run(config, str(root / "lm"), devices=ONE_DEVICE)
     return root
 
 
@@ -42,11 +46,11 @@ def _config(root, **train):
 @pytest.fixture(scope="module")
 def finetuned(pretrained):
     workdir = pretrained / "relation"
-    return workdir, loop.run(_config(pretrained), str(workdir))
+    return workdir, loop.run(_config(pretrained), str(workdir), devices=ONE_DEVICE)
 
 
 def test_init_from_fills_the_gpt_subtree_with_the_language_model(pretrained):
-    setup = loop.build(_config(pretrained), str(pretrained / "start"))
+    setup = loop.build(_config(pretrained), str(pretrained / "start"), devices=ONE_DEVICE)
     state = loop._init_params_from(str(pretrained / "lm"), setup.state, "gpt")
     lm = Checkpointer(str(pretrained / "lm"))
     expected = lm.restore_params(setup.state.params["gpt"])
@@ -55,6 +59,7 @@ def test_init_from_fills_the_gpt_subtree_with_the_language_model(pretrained):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
+@pytest.mark.acceptance  # the 120-step fine-tuning must beat the majority class
 def test_fine_tuned_gpt_beats_the_majority_class(finetuned):
     _, summary = finetuned
     splits = synthetic_classification.classification_splits(0, "relation", 200)
@@ -69,9 +74,10 @@ def test_fine_tuned_gpt_beats_the_majority_class(finetuned):
     assert {"f1", "mcc"} <= set(summary)
 
 
+@pytest.mark.acceptance  # on the same fine-tuned run
 def test_eval_reproduces_the_final_accuracy_and_writes_predictions(finetuned, pretrained):
     workdir, summary = finetuned
-    result = evaluate.run(_config(pretrained), str(workdir))
+    result = evaluate.run(_config(pretrained), str(workdir), devices=ONE_DEVICE)
     assert result["accuracy"] == pytest.approx(summary["accuracy"], abs=1e-9)
     assert result["majority_accuracy"] < result["accuracy"]
     lines = (workdir / "predictions" / "predictions.tsv").read_text().splitlines()
@@ -114,10 +120,10 @@ def test_fine_tunes_from_a_gpt2_directory_with_its_byte_level_tokenizer(pretrain
                      checkpoint_every=2)
     task = tasks.get("gpt_classify")(config, str(tmp_path / "run"))
     assert isinstance(task.tokenizer, gpt2_bpe.GPT2Tokenizer)
-    setup = loop.build(config, str(tmp_path / "run"))
+    setup = loop.build(config, str(tmp_path / "run"), devices=ONE_DEVICE)
     state = loop._init_params_from(str(directory), setup.state, "gpt")
     for got, want in zip(jax.tree.leaves(state.params["gpt"]),
                          jax.tree.leaves(jax.tree.map(np.asarray, params))):
         np.testing.assert_array_equal(np.asarray(got), want)
-    summary = loop.run(config, str(tmp_path / "run"))
+    summary = loop.run(config, str(tmp_path / "run"), devices=ONE_DEVICE)
     assert np.isfinite(summary["loss"]) and 0.0 <= summary["accuracy"] <= 100.0

@@ -1,21 +1,27 @@
 """The README Quickstart's main job, as a user runs it on a fresh machine (one CPU device):
 pretrain tiny BERT, fine-tune it on the synthetic SQuAD set, report EM/F1, draw the curves.
-Its pretrained encoder then proves the other fine-tuning acceptance runs: SQuAD v2.0
-abstention and classification under each strategy of seed 001."""
+Its pretraining stage is the tiny BERT recipe (configs/bert_pretrain.py:size=tiny, 3,000 steps),
+so it also proves that recipe learns MLM and NSP; its pretrained encoder then proves the other
+fine-tuning acceptance runs: SQuAD v2.0 abstention and classification under each strategy of
+seed 001. One pretraining shared by all of them: the acceptance tier."""
 
 import json
 import os
 import subprocess
 import sys
 
+import jax
 import pytest
 
 from configs import classify as classify_config
 from configs import squad as squad_config
 from zoo.train import loop
 
+pytestmark = pytest.mark.acceptance
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICKSTART = "--config=configs/quickstart.py"
+ONE_DEVICE = jax.devices()[:1]  # the fine-tuning runs below, on one device as the main job's
 
 
 def _run(script, *args):
@@ -52,6 +58,16 @@ def test_main_job_pretrains_fine_tunes_and_answers_held_out_questions(quickstart
     assert len(predictions) == summary["squad"]["total"]
 
 
+def test_tiny_bert_learns_mlm_and_nsp_well_above_chance(quickstart):
+    # The README's BERT pretraining claim, on the same run (the Quickstart's first stage is
+    # configs/bert_pretrain.py:size=tiny). Chance = always the most frequent label of the eval
+    # set (a model blind to context).
+    workdir, _ = quickstart
+    summary = json.load(open(workdir / "pretrain" / "summary.json"))
+    assert summary["mlm_accuracy"] > 1.4 * summary["mlm_majority_accuracy"]
+    assert summary["nsp_accuracy"] > summary["nsp_majority_accuracy"] + 0.06
+
+
 def test_eval_and_a_rerun_reproduce_the_final_metrics(quickstart):
     workdir, _ = quickstart
     summary = json.load(open(workdir / "summary.json"))
@@ -77,7 +93,7 @@ def _from_pretrained(config, workdir, steps):
 def test_squad_v2_learns_to_abstain(quickstart):
     workdir, _ = quickstart
     config = _from_pretrained(squad_config.get_config("size=tiny,version=2.0"), workdir, 1000)
-    summary = loop.run(config, str(workdir / "squad2"))
+    summary = loop.run(config, str(workdir / "squad2"), devices=ONE_DEVICE)
     no_answer_share = 100.0 * summary["NoAns_total"] / summary["total"]
     # Always abstaining scores exactly the unanswerable share; never abstaining scores 0 on
     # them. The model must beat the first overall and abstain on a good part of the second.
@@ -95,7 +111,8 @@ def test_classification_beats_the_majority_class(quickstart, task, strategy, ste
     workdir, _ = quickstart
     config = _from_pretrained(
         classify_config.get_config(f"size=tiny,strategy={strategy},task={task}"), workdir, steps)
-    summary = loop.run(config, str(workdir / f"classify_{task}_{strategy}"))
+    summary = loop.run(config, str(workdir / f"classify_{task}_{strategy}"),
+                       devices=ONE_DEVICE)
     majority = json.load(open(workdir / f"classify_{task}_{strategy}" / "summary.json"))[
         "majority_accuracy"]
     assert summary["accuracy"] >= majority + margin, (summary, majority)

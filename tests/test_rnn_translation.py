@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -16,6 +17,10 @@ from zoo.eval import bleu
 from zoo.models import seq2seq
 from zoo.tasks.rnn_translation import RNNTranslationTask
 from zoo.train import loop
+
+# One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),
+# and 8 fake devices only add compile and collective time.
+ONE_DEVICE = jax.devices()[:1]
 
 
 def _config(tmp_path, variant="size=tiny,attention=general,cell=gru", steps=30):
@@ -33,7 +38,7 @@ def _config(tmp_path, variant="size=tiny,attention=general,cell=gru", steps=30):
 def test_train_reports_bleu_and_eval_py_reproduces_it(tmp_path, capsys):
     config = _config(tmp_path)
     workdir = tmp_path / "run"
-    summary = loop.run(config, str(workdir))
+    summary = loop.run(config, str(workdir), devices=ONE_DEVICE)
     records = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
     train = [r["loss"] for r in records if r["split"] == "train"]
     assert len(train) == 3 and train[-1] < train[0] - 0.5
@@ -47,7 +52,7 @@ def test_train_reports_bleu_and_eval_py_reproduces_it(tmp_path, capsys):
     assert len(hypotheses) == len(references) == 60
     assert summary["bleu"] == pytest.approx(bleu.corpus_bleu(hypotheses, [references]).score)
     assert "(reference: " in capsys.readouterr().out
-    again = evaluate.run(_config(tmp_path), str(workdir))  # eval.py's path
+    again = evaluate.run(_config(tmp_path), str(workdir), devices=ONE_DEVICE)  # eval.py's path
     assert again["bleu"] == pytest.approx(summary["bleu"], abs=1e-9)
     assert again["perplexity"] == pytest.approx(summary["perplexity"], rel=1e-6)
 
@@ -90,6 +95,7 @@ print("BLEUS", json.dumps(bleus))
 """
 
 
+@pytest.mark.acceptance
 def test_attention_beats_no_attention_on_long_inputs(tmp_path):
     """Issue 7: a fixed-size summary of a long source loses what attention can look up.
 

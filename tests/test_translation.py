@@ -4,6 +4,7 @@ BLEU / ROUGE / perplexity with the output files; eval.py reproduces them."""
 import json
 import os
 
+import jax
 import numpy as np
 import pytest
 
@@ -12,6 +13,10 @@ from zoo import evaluate
 from zoo.data import parallel, synthetic_translation
 from zoo.eval import bleu
 from zoo.train import loop
+
+# One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),
+# and 8 fake devices only add compile and collective time.
+ONE_DEVICE = jax.devices()[:1]
 
 
 def _config(tmp_path, steps=4, **data):
@@ -29,7 +34,7 @@ def test_train_and_eval_report_bleu_rouge_and_write_hypotheses(tmp_path, decode,
     config = _config(tmp_path)
     config.eval.decode = decode
     workdir = tmp_path / "run"
-    summary = loop.run(config, str(workdir))
+    summary = loop.run(config, str(workdir), devices=ONE_DEVICE)
     keys = {"loss", "perplexity", "accuracy", "bleu", "bleu_bp", "bleu_p1", "bleu_p4", "rouge1",
             "rouge2", "rougeL", "exact"}
     assert keys <= set(summary)
@@ -48,7 +53,7 @@ def test_train_and_eval_report_bleu_rouge_and_write_hypotheses(tmp_path, decode,
     if decode == "greedy":  # eval.py restores the checkpoint and reproduces every figure
         config = _config(tmp_path)
         config.eval.decode = decode
-        again = evaluate.run(config, str(workdir))
+        again = evaluate.run(config, str(workdir), devices=ONE_DEVICE)
         assert again["bleu"] == pytest.approx(summary["bleu"], abs=1e-9)
         assert again["perplexity"] == pytest.approx(summary["perplexity"], rel=1e-6)
 
@@ -60,11 +65,11 @@ def test_parallel_files_tsv_and_two_aligned_files(tmp_path):
     config = _config(tmp_path, steps=2, source="files", train_file=str(tmp_path / "train.tsv"),
                      eval_file=str(tmp_path / "dev.zh"), eval_target_file=str(tmp_path / "dev.en"),
                      batch_size=8, eval_batch_size=16)
-    summary = loop.run(config, str(tmp_path / "run"))
+    summary = loop.run(config, str(tmp_path / "run"), devices=ONE_DEVICE)
     assert np.isfinite(summary["loss"]) and 0.0 <= summary["bleu"] <= 100.0
     config.data.eval_target_file = ""  # dev.zh is not a TSV: a clear error naming it
     with pytest.raises(ValueError, match="dev.zh"):
-        loop.run(config, str(tmp_path / "bad"))
+        loop.run(config, str(tmp_path / "bad"), devices=ONE_DEVICE)
 
 
 def test_tfds_translation_dataset_read_offline(tmp_path):
@@ -99,7 +104,7 @@ def test_tfds_translation_dataset_read_offline(tmp_path):
         parallel.read_parallel_tfds("zoo_arith", "train", data_dir, source_lang="de")
     config = _config(tmp_path, steps=2, source="tfds", tfds_name="zoo_arith",
                      tfds_data_dir=data_dir, batch_size=8, eval_batch_size=16)
-    summary = loop.run(config, str(tmp_path / "run"))
+    summary = loop.run(config, str(tmp_path / "run"), devices=ONE_DEVICE)
     assert np.isfinite(summary["loss"])
     with pytest.raises(FileNotFoundError, match="tfds build"):
         parallel.read_parallel_tfds("zoo_arith", "train", str(tmp_path / "empty"))
@@ -109,12 +114,13 @@ def test_output_length_is_cut_relative_to_the_source(tmp_path):
     # a * |x| + b tokens at most: with a = 0 and b = 1 every hypothesis is one piece long.
     config = _config(tmp_path, steps=2)
     config.eval.update(decode="greedy", max_len_a=0.0, max_len_b=1)
-    loop.run(config, str(tmp_path / "run"))
+    loop.run(config, str(tmp_path / "run"), devices=ONE_DEVICE)
     hypotheses = (tmp_path / "run" / "predictions" / "hypotheses.txt").read_text().splitlines()
     assert hypotheses and all(len(h.split()) <= 1 for h in hypotheses)
     assert os.path.exists(tmp_path / "run" / "summary.json")
 
 
+@pytest.mark.acceptance
 def test_tiny_synthetic_task_reaches_bleu_90_from_the_command_line(tmp_path):
     """The README's translation command as a user runs it (one CPU device): the tiny model
     learns to translate - and compute - held-out Chinese arithmetic within its 2,000 steps."""

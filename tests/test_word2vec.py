@@ -4,6 +4,7 @@ query neighbours and analogies, export the kept `embedding` table in the word2ve
 import json
 import os
 
+import jax
 import numpy as np
 import pytest
 
@@ -11,6 +12,10 @@ from configs import word2vec as word2vec_config
 from zoo import word2vec_query
 from zoo.data import synthetic
 from zoo.tasks import word2vec as w2v_task
+
+# One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),
+# and 8 fake devices only add compile and collective time.
+ONE_DEVICE = jax.devices()[:1]
 
 
 def _config(mode, steps):
@@ -28,7 +33,7 @@ def _train(tmp_path_factory, mode, steps):
     tasks._REGISTRY.setdefault("word2vec", "zoo.tasks.word2vec:Word2VecTask")
     workdir = str(tmp_path_factory.mktemp(mode))
     config = _config(mode, steps)
-    loop.run(config, workdir)
+    loop.run(config, workdir, devices=ONE_DEVICE)
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f]
     return config, workdir, records
@@ -104,7 +109,7 @@ def tables(skipgram):
     from zoo.train.checkpoint import Checkpointer
 
     config, workdir, _ = skipgram
-    setup = loop.build(config, workdir)
+    setup = loop.build(config, workdir, devices=ONE_DEVICE)
     checkpointer = Checkpointer(workdir)
     params = checkpointer.restore_params(setup.state.params)
     checkpointer.close()
@@ -173,7 +178,7 @@ def test_eval_reproduces_the_final_summary(skipgram):
     from zoo import evaluate
 
     config, workdir, _ = skipgram
-    result = evaluate.run(config, workdir)
+    result = evaluate.run(config, workdir, devices=ONE_DEVICE)
     summary = _summary(workdir)
     assert result["step"] == 150
     assert result["neighbour_purity"] == pytest.approx(summary["neighbour_purity"])

@@ -11,8 +11,9 @@ from zoo.errors import ConfigError, MissingFileError
 from zoo.train import checkpoint, loop
 
 
-def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
-    """Evaluates the latest checkpoint in `workdir`; writes <workdir>/eval.json."""
+def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, float]:
+    """Evaluates the latest checkpoint in `workdir` on a mesh over `devices` (default all);
+    writes <workdir>/eval.json."""
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise ConfigError(f"--workdir={workdir} is a file, not a directory; give the workdir of "
                           "a trained run")
@@ -22,7 +23,7 @@ def run(config: ml_collections.ConfigDict, workdir: str) -> dict[str, float]:
             f"no checkpoint under {os.path.join(os.path.abspath(workdir), 'checkpoints')}; "
             f"train first with `python train.py --config=... --workdir={workdir}`"
         )
-    setup = loop.build(config, workdir)
+    setup = loop.build(config, workdir, devices)
     state = checkpointer.restore(setup.state)
     checkpointer.close()
     eval_step = loop.make_eval_step(setup)

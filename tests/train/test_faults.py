@@ -57,6 +57,7 @@ def uninterrupted(tmp_path_factory):
     return workdir
 
 
+@pytest.mark.acceptance  # two 200-step real processes beside the uninterrupted one
 def test_sigkill_during_async_save_resumes_from_last_complete_checkpoint(uninterrupted,
                                                                          tmp_path):
     workdir = str(tmp_path)
@@ -100,6 +101,7 @@ def test_sigkill_during_async_save_resumes_from_last_complete_checkpoint(uninter
     _assert_identical_runs(workdir, uninterrupted)
 
 
+@pytest.mark.acceptance
 def test_full_disk_mid_write_reports_clearly_and_resumes_identically(uninterrupted, tmp_path):
     workdir = str(tmp_path)
     directory = os.path.join(workdir, "checkpoints")

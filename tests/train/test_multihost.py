@@ -19,6 +19,9 @@ import orbax.checkpoint as ocp
 import pytest
 from etils import epath
 
+# Minutes of real processes (issue 16): the acceptance tier.
+pytestmark = pytest.mark.acceptance
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEVICES = 4  # global device count of every run: 1 process x 4 devices or 2 processes x 2
 HALF, STEPS, EVERY = 10, 60, 10  # a checkpoint every EVERY steps, all kept
