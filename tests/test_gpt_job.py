@@ -34,6 +34,7 @@ def trained(tmp_path_factory):
     return workdir, proc.stdout
 
 
+@pytest.mark.acceptance  # the README command, 150 steps: perplexity under a third of unigram's
 def test_training_prints_progress_and_loss_falls(trained):
     workdir, stdout = trained
     assert "tok/s" in stdout and "ETA" in stdout and "step    150/150" in stdout
@@ -50,6 +51,7 @@ def test_training_prints_progress_and_loss_falls(trained):
     assert len(samples) == 3 and all(len(line.split()) >= 3 for line in samples)
 
 
+@pytest.mark.acceptance  # eval.py and sampling from the same trained run
 def test_eval_restores_the_checkpoint_and_reproduces_the_final_eval(trained):
     workdir, _ = trained
     proc = _run("eval.py", "--config=configs/gpt.py:size=tiny", f"--workdir={workdir}",

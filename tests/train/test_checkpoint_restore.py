@@ -192,6 +192,7 @@ def test_per_process_data_positions_cannot_be_resharded(tmp_path):
 STEPS, EVERY = 60, 20
 
 
+@pytest.mark.acceptance  # three real train.py runs; the fall-back itself is proven in-process above
 def test_a_run_resumes_from_the_checkpoint_before_a_corrupted_one(tmp_path):
     uninterrupted, workdir = str(tmp_path / "uninterrupted"), str(tmp_path / "run")
     gpt_process.run(uninterrupted, STEPS, EVERY)
