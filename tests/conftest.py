@@ -1,4 +1,5 @@
-"""Every test runs on 8 fake CPU devices, so sharded paths are testable without accelerators."""
+"""The suite sees 8 fake CPU devices, so sharded paths are testable without accelerators (tests
+that are not about sharding pass one of them to the loop)."""
 
 import os
 
@@ -68,11 +69,11 @@ def pytest_configure(config):
     XLA's own optimisations (fusion, layouts, SPMD partitioning) are unchanged; only code
     generation is cheaper. Its tests compile many tiny programs and run each for a few steps,
     so compiling dominates: measured on the 2-core box, the whole tier took 10.3 min with -O0,
-    and without it only a third was done after 12 min. The acceptance tier trains for thousands of steps, where -O0 code runs
-    2x slower (a 300-step tiny SQuAD run: 71 s vs 35 s), so it keeps the default. Runs the
-    tests start as a user would (train.py / eval.py) set their own XLA_FLAGS either way. Set
-    here, before any test module touches a device: jax reads XLA_FLAGS when its CPU backend
-    starts."""
+    and without it only a third was done after 12 min. The acceptance tier trains for thousands
+    of steps, where -O0 code runs 2x slower (a 300-step tiny SQuAD run: 71 s vs 35 s), so it
+    keeps the default. Runs the tests start as a user would (train.py / eval.py) set their own
+    XLA_FLAGS either way. Set here, before any test module touches a device: jax reads
+    XLA_FLAGS when its CPU backend starts."""
     if config.option.markexpr.replace(" ", "") == "notacceptance":
         os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
 
