@@ -50,7 +50,8 @@ def test_strategies_train_exactly_what_they_claim(tiny_pretrained_bert):
         workdir = tiny_pretrained_bert / strategy
         loop.run(config, str(workdir), devices=ONE_DEVICE)
         results[strategy] = _final_params(config, workdir)
-    start = loop.build(_config(tiny_pretrained_bert, "full"), str(tiny_pretrained_bert / "start"), devices=ONE_DEVICE)
+    start = loop.build(_config(tiny_pretrained_bert, "full"), str(tiny_pretrained_bert / "start"),
+                       devices=ONE_DEVICE)
     initial = loop._init_params_from(str(tiny_pretrained_bert / "pretrain"), start.state, "bert").params
     # full fine-tuning moves the encoder; frozen and features leave it bit-identical.
     assert not _leaves_equal(results["full"]["bert"], initial["bert"])
