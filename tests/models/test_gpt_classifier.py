@@ -163,7 +163,7 @@ def test_new_tokens_train_and_the_gpt_subtree_is_a_plain_gpts(model_and_params):
                  "lm_weights": np.zeros((1, T), np.float32)}
         return finetune_loss_sums(logits, lm_logits, batch, 0.5)["loss_sum"]
 
-    grads = jax.grad(loss)(params)
+    grads = jax.jit(jax.grad(loss))(params)  # compiled: op by op it takes seconds
     # Both [delim] and [extract] rows get gradient, and so does the pretrained model.
     assert (np.abs(np.asarray(grads["special_tokens"])).sum(axis=1) > 0).all()
     assert np.abs(np.asarray(grads["gpt"]["wte"]["embedding"])).sum() > 0

@@ -1,4 +1,5 @@
-"""The loop on real sharded meshes: layouts agree, checkpoints move between meshes."""
+"""The loop on real sharded meshes (layouts agree, checkpoints move between meshes), and its
+features: the loss-spike guard, non-finite steps, the best checkpoint, profiling, init_from."""
 
 import json
 
@@ -13,6 +14,12 @@ from configs import bert_pretrain as bert_pretrain_config
 from configs import gpt as gpt_config
 from zoo.train import dry_run, loop
 from zoo.train.checkpoint import Checkpointer, MissingParamsError
+
+# The loop's features below the layout tests (spike guard, non-finite stop, best checkpoint,
+# profiling, init_from) run on one device: their logic is the same on any mesh, and 8 fake
+# devices would multiply their compile time. The non-finite skip keeps 8: one shard's NaN must
+# skip the step on every device.
+ONE_DEVICE = jax.devices()[:1]
 
 
 def _batches(setup, n):
@@ -190,7 +197,7 @@ def test_loss_spike_guard_skips_a_spike_and_carries_on(tiny_lm_config, tmp_path,
     config = tiny_lm_config(steps=6)
     config.train.loss_spike.update(factor=3.0, warmup_steps=2)
     _spike_on_marked_batches(monkeypatch, bad={4})
-    loop.run(config, str(tmp_path))
+    loop.run(config, str(tmp_path), devices=ONE_DEVICE)
     train = {r["step"]: r for r in map(json.loads, open(tmp_path / "metrics.jsonl"))
              if r["split"] == "train"}
     assert [train[s]["spike_skips"] for s in range(1, 7)] == [0, 0, 0, 1, 0, 0]
@@ -204,7 +211,7 @@ def test_loss_spike_guard_stops_after_spikes_in_a_row(tiny_lm_config, tmp_path, 
     with pytest.raises(loop.LossSpikeError,
                        match=r"step 6: the loss exceeded 3.0 x its running mean .* for 2 steps "
                              r"in a row .*last checkpoint, step 4, is intact"):
-        loop.run(config, str(tmp_path))
+        loop.run(config, str(tmp_path), devices=ONE_DEVICE)
     assert Checkpointer(str(tmp_path)).latest_step() == 4
 
 
@@ -213,7 +220,7 @@ def test_nonfinite_stop_names_the_step_and_keeps_checkpoints(tiny_lm_config, tmp
     config = tiny_lm_config(steps=6, checkpoint_every=2, nonfinite="stop")
     _poison(monkeypatch, bad={5})
     with pytest.raises(FloatingPointError, match=r"step 5: .*last checkpoint, step 4"):
-        loop.run(config, str(tmp_path))
+        loop.run(config, str(tmp_path), devices=ONE_DEVICE)
     assert Checkpointer(str(tmp_path)).latest_step() == 4
 
 
@@ -231,7 +238,7 @@ def test_nonfinite_skip_counts_and_continues(tiny_lm_config, tmp_path, monkeypat
 def test_best_checkpoint_is_kept_beside_the_last(tiny_lm_config, tmp_path):
     config = tiny_lm_config(steps=6, eval_every=2, checkpoint_every=2, keep_checkpoints=1,
                             best_metric="perplexity")
-    loop.run(config, str(tmp_path))
+    loop.run(config, str(tmp_path), devices=ONE_DEVICE)
     best = Checkpointer(str(tmp_path), subdir="checkpoints_best", best_metric="perplexity")
 
     evals = {r["step"]: r["perplexity"] for r in map(json.loads, open(tmp_path / "metrics.jsonl"))
@@ -241,19 +248,21 @@ def test_best_checkpoint_is_kept_beside_the_last(tiny_lm_config, tmp_path):
 
 
 def test_profile_window_writes_a_trace_and_bad_windows_are_named(tiny_lm_config, tmp_path):
-    loop.run(tiny_lm_config(steps=3, profile_steps="1:2"), str(tmp_path))
+    loop.run(tiny_lm_config(steps=3, profile_steps="1:2"), str(tmp_path), devices=ONE_DEVICE)
     traces = list((tmp_path / "profile").rglob("*.xplane.pb"))
     assert traces and traces[0].stat().st_size > 0
     with pytest.raises(ValueError, match="config.train.profile_steps"):
-        loop.run(tiny_lm_config(steps=3, profile_steps="2:1"), str(tmp_path / "bad"))
+        loop.run(tiny_lm_config(steps=3, profile_steps="2:1"), str(tmp_path / "bad"),
+                 devices=ONE_DEVICE)
 
 
 def test_init_from_takes_params_but_not_optimizer_or_step(tiny_lm_config, tmp_path):
     first = str(tmp_path / "first")
-    loop.run(tiny_lm_config(steps=3), first)
-    saved = Checkpointer(first).restore(loop.build(tiny_lm_config(), first).state)
+    loop.run(tiny_lm_config(steps=3), first, devices=ONE_DEVICE)
+    saved = Checkpointer(first).restore(
+        loop.build(tiny_lm_config(), first, devices=ONE_DEVICE).state)
     second = tiny_lm_config(steps=1, init_from=first)
-    setup = loop.build(second, str(tmp_path / "second"))
+    setup = loop.build(second, str(tmp_path / "second"), devices=ONE_DEVICE)
     started = loop._init_params_from(first, setup.state)
     assert int(started.step) == 0
     for a, b in zip(jax.tree.leaves(started.params), jax.tree.leaves(saved.params)):
@@ -262,11 +271,11 @@ def test_init_from_takes_params_but_not_optimizer_or_step(tiny_lm_config, tmp_pa
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # fresh optimizer
     with pytest.raises(FileNotFoundError, match="config.train.init_from"):
         loop.run(tiny_lm_config(steps=1, init_from=str(tmp_path / "nowhere")),
-                 str(tmp_path / "third"))
+                 str(tmp_path / "third"), devices=ONE_DEVICE)
     # A deeper model than the checkpoint's: orbax would hand back placeholders for the extra
     # layer; the restore names what is missing instead, and nothing starts from them.
     deeper = tiny_lm_config(steps=1, init_from=first)
     deeper.model.num_layers = 3  # tiny has 2
-    deeper_setup = loop.build(deeper, str(tmp_path / "deeper"))
+    deeper_setup = loop.build(deeper, str(tmp_path / "deeper"), devices=ONE_DEVICE)
     with pytest.raises(MissingParamsError, match=r"lack .* parameters.*h.*layer_2"):
         loop._init_params_from(first, deeper_setup.state)
