@@ -66,8 +66,10 @@ def _residual(
     return norm(x + drop(sublayer(x), deterministic=deterministic))
 
 
-class EncoderLayer(nn.Module):
-    """Self-attention then feed-forward, each in a residual (post-LN or pre-LN).
+class LayerSettings(nn.Module):
+    """The attributes every layer and stack below is configured by, declared once: EncoderLayer,
+    DecoderLayer and both stacks inherit them, and a stack hands its values to its layers.
+    All but num_heads and mlp_dim are keyword-only.
 
     Attributes:
       num_heads: attention heads.
@@ -80,10 +82,14 @@ class EncoderLayer(nn.Module):
       layer_norm_epsilon: LayerNorm epsilon (BERT 1e-12, GPT-2 1e-5, Transformer 1e-6).
       norm_position: 'post' (Transformer, BERT) or 'pre' (GPT-2).
       backend: attention backend, as MultiHeadAttention.backend ('einsum', 'dot_product', ...).
+      use_bias: biases in the attention and feed-forward projections.
+      dtype, param_dtype: compute and parameter dtypes.
+      kernel_init: initializer of every projection kernel.
     """
 
     num_heads: int
     mlp_dim: int
+    _: dataclasses.KW_ONLY
     head_dim: int | None = None
     activation: str = "gelu"
     dropout_rate: float = 0.0
@@ -96,6 +102,26 @@ class EncoderLayer(nn.Module):
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
     kernel_init: Initializer = default_kernel_init
+
+
+class DecoderSettings(LayerSettings):
+    """LayerSettings plus what only a decoder has (DecoderLayer and TransformerDecoder).
+
+    Attributes:
+      cross_attention: attend over the encoder output `encoded` after self-attention; False for
+        a decoder-only (GPT) block.
+      decode: KV-cache decoding in the self-attention (see MultiHeadAttention.decode): `init`
+        with a full-length input sizes the cache, each later call feeds the next token(s).
+    """
+
+    _: dataclasses.KW_ONLY
+    cross_attention: bool = True
+    decode: bool = False
+
+
+class EncoderLayer(LayerSettings):
+    """Self-attention then feed-forward, each in a residual (post-LN or pre-LN); attributes are
+    LayerSettings'."""
 
     @nn.compact
     def __call__(
@@ -128,32 +154,9 @@ class EncoderLayer(nn.Module):
         return nn.with_logical_constraint(x, _EMBED_AXES)
 
 
-class DecoderLayer(nn.Module):
-    """Masked self-attention, optional cross-attention to the encoder, feed-forward.
-
-    With cross_attention=False this is a decoder-only (GPT) block. Attributes as EncoderLayer,
-    plus:
-      cross_attention: attend over the encoder output `encoded` after self-attention.
-      decode: KV-cache decoding in the self-attention (see MultiHeadAttention.decode): `init`
-        with a full-length input sizes the cache, each later call feeds the next token(s).
-    """
-
-    num_heads: int
-    mlp_dim: int
-    head_dim: int | None = None
-    activation: str = "gelu"
-    dropout_rate: float = 0.0
-    attention_dropout_rate: float = 0.0
-    mlp_dropout_rate: float = 0.0
-    layer_norm_epsilon: float = 1e-6
-    norm_position: str = "post"
-    backend: str = "einsum"
-    use_bias: bool = True
-    cross_attention: bool = True
-    decode: bool = False
-    dtype: Dtype = jnp.float32
-    param_dtype: Dtype = jnp.float32
-    kernel_init: Initializer = default_kernel_init
+class DecoderLayer(DecoderSettings):
+    """Masked self-attention, optional cross-attention to the encoder, feed-forward; with
+    cross_attention=False a decoder-only (GPT) block. Attributes are DecoderSettings'."""
 
     @nn.compact
     def __call__(
@@ -297,35 +300,20 @@ def _final_norm(stack: nn.Module, x: jnp.ndarray) -> jnp.ndarray:
     return nn.with_logical_constraint(x, _EMBED_AXES)
 
 
-class TransformerEncoder(nn.Module):
+class TransformerEncoder(LayerSettings):
     """num_layers EncoderLayers, plus a final LayerNorm when norm_position='pre'.
 
-    Attributes:
+    Attributes (and LayerSettings'):
       num_layers: depth.
       scan_layers: run the layers with nn.scan over parameters stacked on a leading 'layers'
         axis (one compiled layer instead of num_layers copies).
       remat: 'none', 'full' (recompute everything in the backward pass) or 'dots' (keep the
         matmul outputs without batch dims, recompute the rest).
-      Other attributes are EncoderLayer's.
     """
 
     num_layers: int
-    num_heads: int
-    mlp_dim: int
-    head_dim: int | None = None
-    activation: str = "gelu"
-    dropout_rate: float = 0.0
-    attention_dropout_rate: float = 0.0
-    mlp_dropout_rate: float = 0.0
-    layer_norm_epsilon: float = 1e-6
-    norm_position: str = "post"
-    backend: str = "einsum"
-    use_bias: bool = True
     scan_layers: bool = False
     remat: str = "none"
-    dtype: Dtype = jnp.float32
-    param_dtype: Dtype = jnp.float32
-    kernel_init: Initializer = default_kernel_init
 
     @nn.compact
     def __call__(
@@ -349,36 +337,15 @@ class TransformerEncoder(nn.Module):
         return _final_norm(self, x)
 
 
-class TransformerDecoder(nn.Module):
+class TransformerDecoder(DecoderSettings):
     """num_layers DecoderLayers, plus a final LayerNorm when norm_position='pre' (GPT-2 ln_f).
 
-    Attributes:
-      num_layers: depth.
-      cross_attention: False for a decoder-only (GPT) stack.
-      decode: KV-cache decoding (see DecoderLayer).
-      scan_layers, remat: as TransformerEncoder.
-      Other attributes are DecoderLayer's.
+    Attributes (and DecoderSettings'): num_layers, scan_layers, remat as TransformerEncoder.
     """
 
     num_layers: int
-    num_heads: int
-    mlp_dim: int
-    head_dim: int | None = None
-    activation: str = "gelu"
-    dropout_rate: float = 0.0
-    attention_dropout_rate: float = 0.0
-    mlp_dropout_rate: float = 0.0
-    layer_norm_epsilon: float = 1e-6
-    norm_position: str = "post"
-    backend: str = "einsum"
-    use_bias: bool = True
-    cross_attention: bool = True
-    decode: bool = False
     scan_layers: bool = False
     remat: str = "none"
-    dtype: Dtype = jnp.float32
-    param_dtype: Dtype = jnp.float32
-    kernel_init: Initializer = default_kernel_init
 
     @nn.compact
     def __call__(
