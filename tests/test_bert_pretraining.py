@@ -71,8 +71,10 @@ def test_phase2_starts_from_phase1_params_and_reuses_the_prepared_data(phase1):
     # Phase 2 prepared its own 128-token examples once (train + validation), sharing the
     # tokenizer with phase 1 ...
     assert len(added) == 2 and all(name.split("-")[0] in ("train", "validation") for name in added)
-    # ... and a rerun (here: a new workdir) regenerates nothing.
-    _run("train.py", *args[:1], f"--workdir={root / 'phase2b'}", *args[2:])
+    # ... and a rerun regenerates nothing: here a dry run in a new workdir, which builds the
+    # task (tokenizer and prepared data, as train.py does) and stops before compiling anything.
+    _run("train.py", *args[:1], f"--workdir={root / 'phase2b'}", *args[2:],
+         "--config.train.dry_run=True")
     assert set(os.listdir(cache)) == before | added
 
 
