@@ -140,7 +140,7 @@ def test_checkpoint_of_another_model_is_refused_not_skipped(tmp_path):
     before = _tree(workdir)
     with pytest.raises(CheckpointMismatchError,
                        match=r"step 4 .* another model or config .*\['w'\]: checkpoint "
-                             r"\(32, 32\) vs this config \(16, 16\).*new --workdir"):
+                             r"\(32, 32\), this model \(16, 16\).*new --workdir"):
         Checkpointer(workdir).restore(_state(width=16), quarantine=True)
     assert _tree(workdir) == before  # the older step was not tried, nothing was moved
 

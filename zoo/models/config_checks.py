@@ -45,6 +45,17 @@ def param_shape_hint(name: str, saved_shape: tuple[int, ...]) -> str:
     return "config.model.size (width, heads, depth) must be the checkpoint's"
 
 
+def shape_mismatches(saved: dict[str, tuple[int, ...]],
+                     wanted: dict[str, tuple[int, ...]]) -> list[str]:
+    """'name: checkpoint (a, b), this model (c, d), <the config keys that set it>' for each
+    parameter (jax keystr path) in both a checkpoint's `saved` shapes and this model's `wanted`
+    ones whose shapes differ, in `wanted`'s order: the lines of every "a checkpoint does not fit
+    this model" message (resume, init_from from a workdir, init_from from a HF directory)."""
+    return [f"{name}: checkpoint {tuple(saved[name])}, this model {tuple(wanted[name])}, "
+            f"{param_shape_hint(name, tuple(saved[name]))}"
+            for name in wanted if name in saved and tuple(saved[name]) != tuple(wanted[name])]
+
+
 def param_layout_hint(missing: list[str], saved: list[str]) -> str:
     """A hint when parameters are missing only because the layers are laid out differently:
     scanned stacks store one 'layers' subtree, unrolled ones 'layer_0', 'layer_1', ... ('' if

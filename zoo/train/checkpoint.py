@@ -313,9 +313,7 @@ class Checkpointer:
         if saved == wanted:
             return
         only_saved, only_wanted = sorted(saved.keys() - wanted), sorted(wanted.keys() - saved)
-        differ = [f"{k}: checkpoint {saved[k]} vs this config {wanted[k]}, "
-                  f"{config_checks.param_shape_hint(k, saved[k])}"
-                  for k in sorted(saved.keys() & wanted.keys()) if saved[k] != wanted[k]]
+        differ = config_checks.shape_mismatches(saved, wanted)
         details = [f"{len(differ)} shape(s) differ, e.g. {differ[:3]}" if differ else "",
                    f"only in the checkpoint: {only_saved[:3]}" if only_saved else "",
                    f"only in this model: {only_wanted[:3]}" if only_wanted else ""]
@@ -393,11 +391,9 @@ class Checkpointer:
                 "family and config.model.size)")
             error.missing, error.wanted = missing, len(wanted)
             raise error
-        differ = [name for name in wanted if saved[name] != wanted[name]]
+        differ = config_checks.shape_mismatches(saved, wanted)
         if differ:
-            shown = "; ".join(
-                f"{name}: checkpoint {saved[name]}, this model {wanted[name]}, "
-                f"{config_checks.param_shape_hint(name, saved[name])}" for name in differ[:3])
+            shown = "; ".join(differ[:3])
             raise CheckpointMismatchError(
                 f"{where}: {len(differ)} of the checkpoint's parameters (step {step} in "
                 f"{self.directory}) have other shapes than this model's: {shown}"

@@ -373,13 +373,11 @@ def _pretrained_params(directory: str, params, subtree: str | None):
             "fine-tunes")
     from zoo.models import config_checks  # which config key shapes which parameter
 
-    mismatched = [
-        f"{name}: checkpoint {np.shape(a)}, this model {b.shape}, "
-        f"{config_checks.param_shape_hint(name, np.shape(a))}"
-        for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(loaded),
-                                jax.tree.leaves(target))
-        if np.shape(a) != b.shape
-        for name in [jax.tree_util.keystr(path)]]
+    def shapes(tree):
+        return {jax.tree_util.keystr(path): np.shape(leaf)
+                for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
+
+    mismatched = config_checks.shape_mismatches(shapes(loaded), shapes(target))
     if mismatched:
         raise ConfigError(f"{where}: {len(mismatched)} parameter shapes differ from this "
                           f"model's: {'; '.join(mismatched[:3])}. The model config must be the "
