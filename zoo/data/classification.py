@@ -30,7 +30,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from zoo.errors import ConfigError, DataError, MissingFileError
+from zoo.data import text_files
+from zoo.errors import ConfigError, DataError
 
 _log = logging.getLogger(__name__)
 
@@ -43,25 +44,6 @@ _ID_COLUMNS = ("id", "idx", "index")
 _NO_TEXT_B = "none"
 _FORMATS = {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
 _MAX_SHOWN = 5  # line numbers / ids named in one summary warning
-
-
-def _decoded(path: str) -> str:
-    with open(path, "rb") as f:
-        raw = f.read()
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise DataError(f"{path}:{line}: invalid UTF-8 byte 0x{raw[e.start]:02x}; the file must "
-                        "be UTF-8 text (re-encode it, e.g. `iconv -t UTF-8`)") from None
-
-
-def _lines(text: str) -> list[str]:
-    # split("\n"), not splitlines(): the latter also breaks on \x0c, \u2028, ... inside a text.
-    lines = [line.removesuffix("\r") for line in text.split("\n")]
-    if lines and lines[-1] == "":
-        lines.pop()  # the final newline ends the last row, it does not start another
-    return lines
 
 
 def _resolve_columns(path: str, line: int, found: Sequence[str], text_a: str, text_b: str,
@@ -111,7 +93,7 @@ def _resolve_columns(path: str, line: int, found: Sequence[str], text_a: str, te
 def _tsv_records(path: str, text: str, text_a: str, text_b: str, label: str,
                  require_labels: bool):
     """(line, record) per data row, with record keys text_a / text_b / label / id."""
-    lines = _lines(text)
+    lines = text_files.split_lines(text)
     if not lines or not lines[0].strip():
         raise DataError(f"{path}: the file is empty; a TSV file needs a header row naming its "
                         "columns, then one example per line")
@@ -175,7 +157,7 @@ def _json_label(path: str, line: int, obj: dict, key: str, require_labels: bool)
 def _jsonl_records(path: str, text: str, text_a: str, text_b: str, label: str,
                    require_labels: bool):
     columns = None
-    for line, raw in enumerate(_lines(text), start=1):
+    for line, raw in enumerate(text_files.split_lines(text), start=1):
         if not raw.strip():
             continue
         try:
@@ -238,10 +220,7 @@ def read_examples(path: str | os.PathLike, *, text_a: str = "", text_b: str = ""
     if kind is None:
         raise DataError(f"{path}: cannot tell the format from the extension; name the file "
                         ".tsv (GLUE-style, with a header row) or .jsonl (JSON Lines)")
-    try:
-        text = _decoded(path)
-    except FileNotFoundError:
-        raise MissingFileError(f"classification data file {path} does not exist") from None
+    text = text_files.read_utf8(path, "classification data file")
     reader = _tsv_records if kind == "tsv" else _jsonl_records
     basename = os.path.basename(path)
     examples: list[dict] = []

@@ -25,9 +25,8 @@ import json
 import os
 import random
 
-from zoo.data import synthetic_classification
-from zoo.data.classification import _decoded, _lines
-from zoo.errors import ConfigError, DataError, MissingFileError
+from zoo.data import synthetic_classification, text_files
+from zoo.errors import ConfigError, DataError
 
 CONTEXT_COLUMNS = ("context", "premise", "question", "sentence", "text", "startphrase")
 _FORMATS = {".tsv": "tsv", ".jsonl": "jsonl", ".json": "jsonl"}
@@ -60,7 +59,7 @@ def _context_key(path: str, line: int, found: list[str], context: str) -> str:
 
 
 def _tsv(path: str, text: str, context: str, choices: list[str], label: str):
-    lines = _lines(text)
+    lines = text_files.split_lines(text)
     if not lines or not lines[0].strip():
         raise DataError(f"{path}: the file is empty; a TSV file needs a header row, then one "
                         "example per line")
@@ -87,7 +86,7 @@ def _tsv(path: str, text: str, context: str, choices: list[str], label: str):
 
 def _jsonl(path: str, text: str, context: str, choices: list[str], label: str):
     key = None
-    for line, raw in enumerate(_lines(text), start=1):
+    for line, raw in enumerate(text_files.split_lines(text), start=1):
         if not raw.strip():
             continue
         try:
@@ -146,10 +145,7 @@ def read_examples(path: str | os.PathLike, *, choices: str, context: str = "",
     if kind == "tsv" and len(names) < 2:
         raise ConfigError(f"{path}: a TSV file needs two or more option columns in choices, got "
                           f"{names}")
-    try:
-        text = _decoded(path)
-    except FileNotFoundError:
-        raise MissingFileError(f"multiple-choice data file {path} does not exist") from None
+    text = text_files.read_utf8(path, "multiple-choice data file")
     reader = _tsv if kind == "tsv" else _jsonl
     examples, seen = [], {}
     for line, record in reader(path, text, context, names, label):

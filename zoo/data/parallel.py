@@ -25,7 +25,8 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from zoo.errors import ConfigError, DataError, MissingFileError
+from zoo.data import text_files
+from zoo.errors import ConfigError, DataError
 
 _log = logging.getLogger(__name__)
 
@@ -34,22 +35,8 @@ _LINE_BREAKS = ("\n", "\r")
 
 
 def _decoded_lines(path: str) -> list[str]:
-    """The file's lines, without line ends; a final newline does not start another line."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-    except FileNotFoundError:
-        raise MissingFileError(f"parallel text file {path} does not exist") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise DataError(f"{path}:{line}: invalid UTF-8 byte 0x{raw[e.start]:02x}; the file must "
-                        "be UTF-8 text (re-encode it, e.g. `iconv -t UTF-8`)") from None
-    # split("\n"), not splitlines(): the latter also breaks on \x0c, \u2028, ... inside a text.
-    lines = [line.removesuffix("\r") for line in text.split("\n")]
-    if lines[-1] == "":
-        lines.pop()
+    """The file's lines, without line ends; an empty file is an error."""
+    lines = text_files.split_lines(text_files.read_utf8(path, "parallel text file"))
     if not lines:
         raise DataError(f"{path}: the file is empty; expected one sentence (pair) per line")
     return lines
