@@ -2,6 +2,7 @@
 every job has (mesh, train loop)."""
 
 import ml_collections
+from ml_collections import config_dict
 
 from zoo.errors import ConfigError
 from zoo.train.partitioning import DEFAULT_RULES
@@ -103,3 +104,39 @@ def train_config(steps: ml_collections.FieldReference) -> ml_collections.ConfigD
             tensorboard=True,
         )
     )
+
+
+def finetune_recipes(config: ml_collections.ConfigDict, *, tiny: dict, pretrained: dict) -> None:
+    """config.finetune.recipe / recipes for a job that fine-tunes a pretrained encoder, and every
+    field a recipe fills set to None ('the recipe's value').
+
+    Two recipes, because a checkpoint's size decides the step size that fine-tunes it: 'tiny'
+    (tuned on zoo's tiny pretraining run: a large lr, no dropout) and 'pretrained' (the BERT
+    paper's for a real checkpoint: lr 2e-5..5e-5, warmup 10% of the steps, dropout 0.1). The
+    default recipe 'auto' is settled when the run starts (zoo.train.loop.resolve_recipe), once
+    init_from is known: 'pretrained' for a Hugging Face / google-research directory or a size
+    other than tiny, else 'tiny'. A field the user sets (--config.optim.learning_rate=...) is no
+    longer None, so it wins over either recipe: no guessing from values.
+
+    Args:
+      tiny, pretrained: {section: {key: value}} of config fields (e.g. optim.learning_rate),
+        both recipes naming the same fields.
+    """
+    if {s: sorted(v) for s, v in tiny.items()} != {s: sorted(v) for s, v in pretrained.items()}:
+        raise ValueError("the tiny and pretrained recipes must set the same fields")
+    config.finetune.recipe = "auto"  # auto | tiny | pretrained
+    config.finetune.recipes = dict(tiny=tiny, pretrained=pretrained)
+    for section, values in tiny.items():
+        for key, value in values.items():
+            lazy = isinstance(value, ml_collections.FieldReference)  # e.g. steps // 10
+            kind = value.get_type() if lazy else type(value)
+            # A typed None: still settable from the command line, and visibly unset.
+            config[section][key] = config_dict.placeholder(kind)
+
+
+def recipe(learning_rate, warmup_steps, dropout: float) -> dict:
+    """A fine-tuning recipe's fields (finetune_recipes): peak lr, warmup steps (an int, or a
+    FieldReference such as `steps // 10` that follows --config.train.steps) and the encoder's
+    dropout."""
+    return dict(optim=dict(learning_rate=learning_rate, warmup_steps=warmup_steps),
+                model=dict(dropout_rate=dropout, attention_dropout_rate=dropout))

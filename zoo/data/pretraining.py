@@ -541,7 +541,12 @@ def prepare(
     if not isinstance(num_shards, int) or num_shards < 1:
         raise ConfigError(f"num_shards={num_shards!r} must be a positive int")
     if tokenizer.pad_id != 0:
-        raise DataError(f"tokenizer pad_id is {tokenizer.pad_id}; features are padded with 0")
+        # Features are padded with zeros, so id 0 must be the padding token.
+        raise DataError(
+            f"tokenizer {getattr(tokenizer, 'source', '')}: its padding token has id "
+            f"{tokenizer.pad_id}, but examples are padded with id 0; give a WordPiece "
+            "vocab.txt with [PAD] on its first line (as every BERT vocabulary has it) or a "
+            "SentencePiece model trained by zoo")
     probes = [s for doc in documents[:8] for s in doc][:64]
     key_parts = {
         "format": _FORMAT_VERSION,

@@ -62,7 +62,7 @@ def report(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dic
     task = tasks.get(config.task)(config, workdir)
     mesh = partitioning.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor,
                                   devices=devices)
-    rules = tuple((n, tuple(a) if isinstance(a, list) else a) for n, a in config.mesh.rules)
+    rules = partitioning.rules_from_config(config.mesh.rules)
     optimizer = optim.make_optimizer(config.optim)
 
     def init_state(rng):

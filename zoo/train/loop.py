@@ -15,7 +15,7 @@ from jax.experimental import multihost_utils
 from zoo import tasks
 from zoo.errors import ConfigError, MissingFileError, UserError
 from zoo.train import metrics as metrics_lib
-from zoo.train import checkpoint, dry_run, optim, partitioning, step
+from zoo.train import checkpoint, dry_run, optim, partitioning, recipe, step
 from zoo.train.checkpoint import Checkpointer, MissingParamsError
 from zoo.train.state import TrainState
 
@@ -33,8 +33,7 @@ class NonFiniteLossError(UserError, FloatingPointError):
 
 
 def _rules(config: ml_collections.ConfigDict) -> tuple:
-    return tuple((name, tuple(axes) if isinstance(axes, list) else axes)
-                 for name, axes in config.mesh.rules)
+    return partitioning.rules_from_config(config.mesh.rules)
 
 
 def _to_global(batch, sharding):
@@ -79,7 +78,8 @@ class Setup:
 
 def build(config: ml_collections.ConfigDict, workdir: str, devices=None) -> Setup:
     """Task, mesh (over `devices`, default all) and a freshly initialised state, each parameter
-    created on its own shard."""
+    created on its own shard (a fine-tuning config's recipe settled first: recipe.resolve)."""
+    config = recipe.resolve(config)
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise ConfigError(f"--workdir={workdir} is a file, not a directory; give a directory (a "
                           "new one starts a run, the workdir of a run resumes it)")
@@ -88,11 +88,11 @@ def build(config: ml_collections.ConfigDict, workdir: str, devices=None) -> Setu
     except OSError as e:  # e.g. read-only, or no permission on a parent
         raise ConfigError(f"--workdir={workdir} cannot be created ({e}); give a directory this "
                           "user can write") from e
-    # The mesh first: a mesh that does not fit the devices is refused before any data work.
+    # The mesh first: a mesh (or rules table) that does not fit is refused before any data work.
     mesh = partitioning.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor,
                                   devices=devices)
-    task = tasks.get(config.task)(config, workdir)
     rules = _rules(config)
+    task = tasks.get(config.task)(config, workdir)
     optimizer = optim.make_optimizer(config.optim, frozen=task.frozen_subtrees())
 
     def init_state(rng):
@@ -195,6 +195,7 @@ def _profile_window(spec: str) -> tuple[int, int] | None:
 def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, float]:
     """Trains `config.task` for config.train.steps, resuming from the latest checkpoint in
     `workdir` if there is one. Returns the last eval summary."""
+    config = recipe.resolve(config)
     train_cfg = config.train
     if train_cfg.nonfinite not in NONFINITE_POLICIES:
         raise ConfigError(f"config.train.nonfinite must be one of {NONFINITE_POLICIES}, "
@@ -307,8 +308,7 @@ def _init_params_from(workdir: str, state: TrainState, subtree: str | None = Non
     """Starts a run from another run's latest params (e.g. BERT phase 2 from phase 1), or only
     their `subtree` (e.g. the 'bert' encoder under a new task head). `workdir` may also be a
     Hugging Face or google-research/bert checkpoint directory (zoo.hf.load_pretrained)."""
-    if any(os.path.isfile(os.path.join(workdir, name))
-           for name in ("config.json", "bert_config.json")):
+    if recipe.is_pretrained_directory(workdir):
         return state.replace(params=_pretrained_params(workdir, state.params, subtree))
     if not os.path.isdir(workdir):
         raise MissingFileError(

@@ -42,6 +42,42 @@ DEFAULT_RULES: tuple[tuple[str, Any], ...] = (
 )
 
 
+def rules_from_config(rules, key: str = "config.mesh.rules") -> tuple[tuple[str, Any], ...]:
+    """A rules table as written in a config (lists or tuples of [logical_axis, mesh_axes]) as
+    the tuple of pairs flax takes; a malformed entry, or one naming a mesh axis other than
+    data / fsdp / tensor, is a ConfigError naming `key` (jax would reject it only when building
+    a sharding, as "Resource axis: model of P('tensor', 'model') is not found in mesh", naming
+    neither the rule nor the config key)."""
+    def bad(detail: str) -> ConfigError:
+        return ConfigError(
+            f"{key}: {detail}; each entry is [logical_axis, mesh_axes] where mesh_axes is None, "
+            f"one of {', '.join(MESH_AXES)}, or a list of them (e.g. ['mlp', 'fsdp'] or "
+            "['act_batch', ['data', 'fsdp']])")
+
+    if isinstance(rules, str) or not isinstance(rules, Sequence):
+        raise bad(f"must be a list of rules, got {type(rules).__name__} {rules!r}")
+    table = []
+    for i, entry in enumerate(rules):
+        if isinstance(entry, str) or not isinstance(entry, Sequence) or len(entry) != 2:
+            raise bad(f"entry {i} is {entry!r}, not a [logical_axis, mesh_axes] pair")
+        name, axes = entry
+        if not isinstance(name, str) or not name:
+            raise bad(f"entry {i} {list(entry)!r} names the logical axis {name!r}, not a string")
+        names = () if axes is None else (axes,) if isinstance(axes, str) else axes
+        if not isinstance(names, Sequence) or not all(isinstance(a, str) for a in names):
+            raise bad(f"entry {i} {list(entry)!r} maps {name!r} to {axes!r}, not mesh axis "
+                      "names")
+        unknown = [a for a in names if a not in MESH_AXES]
+        if unknown:
+            raise bad(f"entry {i} {list(entry)!r} maps {name!r} to the mesh axis "
+                      f"{unknown[0]!r}, which the mesh does not have")
+        if len(set(names)) != len(names):
+            raise bad(f"entry {i} {list(entry)!r} names a mesh axis twice")
+        # flax wants None, one name, or a tuple (a config may hold a list)
+        table.append((name, axes if axes is None or isinstance(axes, str) else tuple(axes)))
+    return tuple(table)
+
+
 def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices=None) -> jax.sharding.Mesh:
     """A (data, fsdp, tensor) mesh; one of the sizes may be -1 to take the remaining devices."""
     devices = jax.devices() if devices is None else devices
