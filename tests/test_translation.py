@@ -123,7 +123,8 @@ def test_output_length_is_cut_relative_to_the_source(tmp_path):
 @pytest.mark.acceptance
 def test_tiny_synthetic_task_reaches_bleu_90_from_the_command_line(tmp_path):
     """The README's translation command as a user runs it (one CPU device): the tiny model
-    learns to translate - and compute - held-out Chinese arithmetic within its 2,000 steps."""
+    learns to translate - and compute - held-out Chinese arithmetic within its 2,000 steps,
+    seed 004's two examples included."""
     import subprocess
     import sys
 
@@ -140,3 +141,15 @@ def test_tiny_synthetic_task_reaches_bleu_90_from_the_command_line(tmp_path):
     assert "BLEU = " in proc.stdout and "tok:13a|smooth:exp" in proc.stdout
     samples = proc.stdout.split("samples:\n", 1)[1].splitlines()
     assert len(samples) == 3 and all(" -> " in s and "(reference: " in s for s in samples)
+    # Seed 004's worked examples, translated by the trained model from the command line that
+    # decodes a user's sentence: "一加三" is a training pair; "二十三减四十五" is in no split
+    # of this run's data, so the model computes 23 - 45 itself.
+    for source, english in (("一加三", "one plus three equals four"),
+                            ("二十三减四十五",
+                             "twenty-three minus forty-five equals negative twenty-two")):
+        maps = subprocess.run(
+            [sys.executable, "-m", "zoo.attention_maps", "--config=configs/translate.py",
+             f"--workdir={workdir}", f"--text={source}", f"--out={tmp_path / 'maps'}"],
+            cwd=root, env=env, capture_output=True, text=True, timeout=600)
+        assert maps.returncode == 0, maps.stderr[-3000:]
+        assert f"translation: {english}\n" in maps.stdout, maps.stdout
