@@ -2,12 +2,16 @@
 map per layer, scanned or not); BERT maps equal a float64 numpy encoder's attention in every
 layer, labelled with the tokenizer's pieces; GPT maps are causal; translation maps have the
 documented shapes, labels and causality, and follow the greedy translation when no target is
-given; draw writes a layers x heads PNG; and the command on a trained GPT workdir and on a
-Hugging Face BERT directory, with its errors."""
+given; RNN seq2seq alignments (additive, dot, general) are, row by row, the float64 softmax of
+the model's own step-by-step queries; the GPT classifier's maps are its GPT over its own input;
+models and jobs without attention are one ConfigError; draw writes a layers x heads PNG; and the
+command on trained GPT, GPT-classifier, RNN seq2seq and (in a process of its own) Transformer
+translation workdirs and on a Hugging Face BERT directory, with its errors."""
 
 import dataclasses
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -17,10 +21,15 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from configs import gpt_classify as gpt_classify_config
+from configs import rnn_translate as rnn_translate_config
+from configs import translate as translate_config
 from zoo import attention_maps as am
+from zoo import decoding
 from zoo.data import synthetic_translation, tokenizers
 from zoo.data.wordpiece import WordPieceTokenizer
-from zoo.models import bert, gpt, transformer
+from zoo.errors import ConfigError
+from zoo.models import bert, elmo, gpt, gpt_classifier, nnlm, rnnlm, seq2seq, transformer, word2vec
 from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer
 
@@ -216,7 +225,7 @@ def test_maps_for_model_reads_the_encoder_of_a_bert_head_model(bert_params, word
     assert bare.query_tokens == ["[CLS]", "the", "cat", "[SEP]"]
     with pytest.raises(ValueError, match="target"):
         am.maps_for_model(head, params, wordpiece, "the cat", target="x")
-    with pytest.raises(TypeError, match="Dense"):
+    with pytest.raises(ConfigError, match="^Dense: no attention maps for this model"):
         am.maps_for_model(nn.Dense(2), {}, wordpiece, "the cat")
 
 
@@ -382,7 +391,6 @@ def test_command_on_a_trained_gpt_workdir(tiny_lm_config, tmp_path, monkeypatch,
 
 def test_command_on_a_hugging_face_bert_directory(tmp_path, bert_params, wordpiece, monkeypatch,
                                                   capsys):
-    pytest.importorskip("safetensors")
     from zoo import hf
 
     directory = tmp_path / "bert"
@@ -399,8 +407,8 @@ def test_command_on_a_hugging_face_bert_directory(tmp_path, bert_params, wordpie
 
 
 def test_command_on_a_gpt2_directory_needs_a_tokenizer(tmp_path, spm, monkeypatch):
-    """zoo reads no GPT-2 byte-level BPE: --tokenizer supplies one, or the error says so."""
-    pytest.importorskip("safetensors")
+    """A GPT-2 directory without vocab.json + merges.txt (save_pretrained writes none):
+    --tokenizer supplies one, or the error says so."""
     from zoo import hf
 
     config = dataclasses.replace(GPT_CONFIG, vocab_size=spm.vocab_size)
@@ -449,3 +457,281 @@ def test_command_errors(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith("zoo.attention_maps: --workdir=")
     assert "Traceback" not in proc.stderr
+
+
+# ---- RNN seq2seq alignments ---------------------------------------------------------------------
+
+ATTENTIONS = ("additive", "dot", "general")
+
+
+@pytest.fixture(scope="module")
+def rnn_models(spm):
+    """attention kind -> (Seq2Seq, params): a tiny LSTM encoder-decoder per scoring function."""
+    models = {}
+    for i, attention in enumerate(ATTENTIONS):
+        config = seq2seq.config_for_size("tiny", vocab_size=spm.vocab_size, attention=attention,
+                                         embed_dim=16, hidden_size=16, num_layers=1)
+        model = seq2seq.Seq2Seq(config)
+        src, tgt = np.ones((1, 5), np.int32), np.ones((1, 4), np.int32)
+        models[attention] = model, _perturbed(model.init(jax.random.key(i), src, tgt)["params"],
+                                              seed=i)
+    return models
+
+
+def _top_h(carry):
+    """The top layer's h of a decoder carry, (c, h) for the LSTM, as float64 (B, H)."""
+    return _f64(carry[1] if isinstance(carry, tuple) else carry)
+
+
+def _np_scores(kind, p, memory, query):
+    """Seed 002's score of each encoder output h_s (memory (S, M)) for one query (H,), float64."""
+    if kind == "additive":  # Bahdanau: v^T tanh(W_k h_s + W_q q)
+        return np.tanh(memory @ _f64(p["key_kernel"]) + query @ _f64(p["query_kernel"])) @ _f64(
+            p["v"])
+    if kind == "dot":  # Luong: h_s^T q
+        return memory @ query
+    return memory @ (query @ _f64(p["query_kernel"]))  # Luong general: h_s^T W q, W^T stored
+
+
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_rnn_alignment_rows_are_the_models_softmax_at_each_step(rnn_models, spm, attention):
+    """Row t belongs to the step that produced target token t: the float64 softmax of the score
+    of that step's query (Bahdanau: the state before the step, s_{t-1}; Luong: the state after
+    it, h_t), read from the model decoding one token at a time, against every encoder output.
+    For Luong the row also rebuilds the step's attentional vector h~_t = tanh(W_c [c_t; h_t])
+    with c_t = sum_s alpha_ts h_s, which the model feeds to the next step."""
+    model, params = rnn_models[attention]
+    source, target = "一加三", "one plus three equals four"
+    (m,) = am.maps_for_model(model, params, spm, source, target=target)
+    source_ids, produced = [*spm.encode(source), spm.eos_id], [*spm.encode(target), spm.eos_id]
+    assert m.kind == "alignment" and m.weights.shape == (1, 1, len(produced), len(source_ids))
+    assert m.query_tokens == [spm.id_to_token(i) for i in produced]  # y_1 .. y_n [EOS]
+    assert m.key_tokens == [spm.id_to_token(i) for i in source_ids]  # x [EOS]
+    np.testing.assert_allclose(m.weights.sum(-1), 1.0, rtol=1e-5)
+    variables, p = {"params": params}, params["attention"]
+    state = model.apply(variables, np.asarray([source_ids], np.int32), method="initial_state")
+    memory = _f64(state.memory[0])  # (S, M) the encoder's outputs
+    for t, token in enumerate([spm.bos_id, *produced[:-1]]):  # step t reads y_{t-1}
+        before = _top_h(state.carries[-1])[0]
+        _, state = model.apply(variables, np.asarray([[token]], np.int32), state,
+                               method="decode")
+        after = _top_h(state.carries[-1])[0]
+        scores = _np_scores(attention, p, memory, before if attention == "additive" else after)
+        alpha = np.exp(scores - scores.max())
+        np.testing.assert_allclose(m.weights[0, 0, t], alpha / alpha.sum(), rtol=1e-4,
+                                   atol=1e-6)
+        if attention != "additive":
+            context = _f64(m.weights[0, 0, t]) @ memory
+            h_tilde = np.tanh(np.concatenate([context, after]) @ _f64(p["output_kernel"]))
+            np.testing.assert_allclose(state.feed[0], h_tilde, rtol=1e-4, atol=1e-5)
+    # Far from uniform next to the tolerances: the comparison above tells the scores apart.
+    assert np.abs(m.weights - 1.0 / len(source_ids)).max() > 0.01
+
+
+def test_rnn_alignment_without_a_target_draws_the_greedy_translation(rnn_models, spm):
+    model, params = rnn_models["general"]
+    source = "二十三减四十五"
+    (m,) = am.alignment_maps(model, params, spm, source, max_len=12)
+    ids = np.asarray([[*spm.encode(source), spm.eos_id]], np.int32)
+    out = decoding.greedy(seq2seq.seq2seq_decoder(model, params, ids, max_len=12),
+                          np.asarray([[spm.bos_id]], np.int32), max_len=12,
+                          eos_id=spm.eos_id, pad_id=spm.pad_id)
+    tokens = [int(x) for x in np.asarray(out.tokens[0])[1:int(out.lengths[0])]]
+    assert len(tokens) >= 2 and m.query_tokens == [spm.id_to_token(i) for i in tokens]
+    assert m.weights.shape == (1, 1, len(tokens), ids.shape[1])
+    np.testing.assert_allclose(m.weights.sum(-1), 1.0, rtol=1e-5)
+
+
+# ---- the GPT classifier, and the families without attention -----------------------------------
+
+
+def test_gpt_classifier_maps_its_gpt_over_the_classifiers_own_input(spm):
+    config = dataclasses.replace(GPT_CONFIG, vocab_size=spm.vocab_size)
+    model = gpt_classifier.GPTForClassification(config, num_labels=3)
+    extract = gpt_classifier.extract_id(config.vocab_size)
+    init = model.init(jax.random.key(6), np.asarray([[spm.bos_id, 7, extract]], np.int32))
+    params = _perturbed(init["params"], seed=6)
+    text, text_b = "one plus three", "equals four"
+    (m,) = am.maps_for_model(model, params, spm, text, text_b=text_b)
+    want = [spm.id_to_token(spm.bos_id), *(spm.id_to_token(i) for i in spm.encode(text)),
+            "[delim]", *(spm.id_to_token(i) for i in spm.encode(text_b)), "[extract]"]
+    t = len(want)
+    assert m.kind == "decoder_self" and m.query_tokens == m.key_tokens == want
+    assert m.weights.shape == (2, 2, t, t)
+    np.testing.assert_allclose(m.weights.sum(-1), 1.0, rtol=1e-5)
+    assert np.all(m.weights[..., np.triu(np.ones((t, t), bool), 1)] == 0.0)
+    # Causal, so the [start] text prefix is GPT's own map of [BOS] text from params['gpt'] ...
+    (lm,) = am.gpt_maps(gpt.GPT(config), params["gpt"], spm, text)
+    n = lm.weights.shape[-1]
+    np.testing.assert_allclose(m.weights[..., :n, :n], lm.weights, rtol=1e-5, atol=1e-6)
+    # ... and the new tokens read the classifier's own rows: swapping the [delim] and [extract]
+    # rows of params['special_tokens'] moves the [extract] row (a constant shift would not: the
+    # first LayerNorm removes it).
+    moved = {**params, "special_tokens": params["special_tokens"][::-1]}
+    (other,) = am.maps_for_model(model, moved, spm, text, text_b=text_b)
+    np.testing.assert_array_equal(other.weights[..., :n, :], m.weights[..., :n, :])
+    assert np.abs(other.weights[..., -1, :] - m.weights[..., -1, :]).max() > 1e-3
+    # Both texts are checked against the vocabulary (an embedding lookup would clamp silently).
+    small = gpt_classifier.GPTForClassification(dataclasses.replace(GPT_CONFIG, vocab_size=8))
+    with pytest.raises(ConfigError, match="vocabulary has 8 entries"):
+        am.maps_for_model(small, params, spm, "x", text_b=text_b)
+
+
+@pytest.mark.parametrize("model, family", [
+    (elmo.BiLM(elmo.BiLMConfig(vocab_size=8)), "ELMo's biLM"),
+    (nnlm.NNLM(nnlm.NNLMConfig(vocab_size=8)), "the NNLM"),
+    (word2vec.Word2Vec(word2vec.Word2VecConfig(vocab_size=8)), "word2vec"),
+    (rnnlm.RNNLM(rnnlm.RNNLMConfig(vocab_size=8)), "the RNN language model"),
+    (seq2seq.Seq2Seq(seq2seq.Seq2SeqConfig(vocab_size=8, attention="none")),
+     "RNN seq2seq with attention='none'"),
+])
+def test_models_without_attention_maps_say_so(model, family, spm):
+    with pytest.raises(ConfigError) as raised:
+        am.maps_for_model(model, {}, spm, "one plus three")
+    message = str(raised.value)
+    assert message.startswith(f"{type(model).__name__}: no attention maps for {family} (")
+    assert message.endswith("and RNN seq2seq with attention (configs/rnn_translate.py:"
+                            "attention=additive, dot or general)") and "\n" not in message
+
+
+@pytest.mark.parametrize("config, family", [
+    ("elmo.py:size=tiny", "ELMo's biLM"),
+    ("nnlm.py", "the NNLM"),
+    ("word2vec.py", "word2vec"),
+    ("rnnlm.py", "the RNN language model"),
+    ("feature_classify.py:kind=elmo", "the feature classifier"),
+    ("rnn_translate.py:attention=none", "RNN seq2seq with attention='none'"),
+])
+def test_command_refuses_jobs_without_attention_before_reading_the_workdir(tmp_path, config,
+                                                                          family):
+    workdir = tmp_path / "run"
+    flag = f"--config={ROOT}/configs/{config}"
+    with pytest.raises(ConfigError) as raised:
+        am.main(["x", flag, f"--workdir={workdir}", "--text=hi"])
+    assert str(raised.value).startswith(f"{flag}: no attention maps for {family}")
+    assert "configs/gpt_classify.py" in str(raised.value)  # the families that have maps
+    assert not workdir.exists()  # said at once: no data, tokenizer or checkpoint work
+
+
+def test_command_without_attention_is_one_line_and_exit_status_1(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "zoo.attention_maps", "--config=configs/elmo.py:size=tiny",
+         f"--workdir={tmp_path}", "--text=The animal didn't cross the street"],
+        cwd=ROOT, env=_one_device_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(
+        "zoo.attention_maps: --config=configs/elmo.py:size=tiny: no attention maps for ELMo's "
+        "biLM (two LSTM language models, no attention); attention maps come from Transformer "
+        "translation (configs/translate.py)")
+
+
+# ---- the command on trained translation and classification runs ------------------------------
+
+
+def _one_device_env():
+    """The suite's environment (its compilation cache and -O0 code generation) on one device,
+    as a user's shell would run the command: the tracebacks ZOO_DEBUG shows off."""
+    flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "",
+                   os.environ.get("XLA_FLAGS", ""))
+    env = dict(os.environ, XLA_FLAGS=f"{flags} --xla_force_host_platform_device_count=1")
+    env.pop("ZOO_DEBUG", None)
+    return env
+
+
+def _short_run(config, **data):
+    """2 steps, greedy eval, nothing else: a checkpoint to read, not a model to judge."""
+    config.data.update(data)
+    config.train.update(steps=2, log_every=2, tensorboard=False, best_metric="")
+    if "decode" in config.get("eval", {}):
+        config.eval.update(decode="greedy", num_samples=0)
+    return config
+
+
+@pytest.fixture(scope="module")
+def rnn_workdirs(tmp_path_factory):
+    """attention -> (workdir, the command's --config flags) of a 2-step tiny RNN seq2seq run,
+    trained on first use; the runs share one data cache (one SentencePiece model)."""
+    root, runs = tmp_path_factory.mktemp("rnn_translate"), {}
+    data = dict(synthetic_pairs=200, batch_size=8, eval_batch_size=32,
+                cache_dir=str(root / "cache"))
+
+    def get(attention):
+        if attention not in runs:
+            config = rnn_translate_config.get_config(f"attention={attention}")
+            workdir = str(root / attention)
+            loop.run(_short_run(config, **data), workdir, devices=ONE_DEVICE)
+            runs[attention] = workdir, [
+                f"--config={ROOT}/configs/rnn_translate.py:attention={attention}",
+                f"--workdir={workdir}", *(f"--config.data.{k}={v}" for k, v in data.items())]
+        return runs[attention]
+
+    return get
+
+
+@pytest.mark.parametrize("attention", ATTENTIONS)
+def test_command_on_a_trained_rnn_seq2seq_workdir(attention, rnn_workdirs, monkeypatch, capsys):
+    workdir, flags = rnn_workdirs(attention)
+    capsys.readouterr()  # the training log
+    drawn = _capture_maps(monkeypatch)
+    paths = am.main(["attention_maps", *flags, "--text=一加三"])
+    want = os.path.join(workdir, "attention", "alignment.png")
+    out = capsys.readouterr().out.splitlines()
+    assert paths == [want] and out[1:] == [want] and out[0].startswith("translation: ")
+    assert _png(want).text["Title"].startswith("alignment") and _png(want).text["Panels"] == "1"
+    (m,) = drawn
+    assert m.kind == "alignment" and m.weights.shape[:2] == (1, 1)
+    np.testing.assert_allclose(m.weights.sum(-1), 1.0, rtol=1e-5)
+    if attention != "general":
+        return
+    # The rows and the printed translation are those of the trained checkpoint's greedy output.
+    setup = loop.build(am._flags(["x", *flags]).config, workdir, devices=ONE_DEVICE)
+    checkpointer = Checkpointer(workdir)
+    trained = checkpointer.restore_params(setup.state.params)
+    checkpointer.close()
+    tokenizer = setup.task.tokenizer
+    (want_maps,) = am.alignment_maps(setup.task.model, trained, tokenizer, "一加三")
+    assert m.query_tokens == want_maps.query_tokens
+    np.testing.assert_allclose(m.weights, want_maps.weights, atol=1e-6)
+    ids = [tokenizer.token_to_id(t) for t in m.query_tokens]
+    ids = ids[:-1] if ids[-1] == tokenizer.eos_id else ids
+    assert out[0] == f"translation: {tokenizer.decode(ids)}"
+
+
+def test_command_on_a_transformer_translation_workdir_end_to_end(tmp_path):
+    """As a user runs it, in a process of its own: the greedy translation, then the three PNGs."""
+    data = dict(synthetic_pairs=200, batch_size=8, eval_batch_size=32,
+                cache_dir=str(tmp_path / "cache"))
+    workdir, out = tmp_path / "run", tmp_path / "maps"
+    loop.run(_short_run(translate_config.get_config("size=tiny"), **data), str(workdir),
+             devices=ONE_DEVICE)
+    proc = subprocess.run(
+        [sys.executable, "-m", "zoo.attention_maps", "--config=configs/translate.py:size=tiny",
+         f"--workdir={workdir}", "--text=一加三", f"--out={out}", "--layers=0", "--heads=0",
+         *(f"--config.data.{k}={v}" for k, v in data.items())],
+        cwd=ROOT, env=_one_device_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    want = [str(out / f"{kind}.png") for kind in ("encoder_self", "decoder_self", "cross")]
+    assert lines[0].startswith("translation: ") and lines[1:] == want, proc.stdout
+    assert [_png(p).text["Title"] for p in want] == [
+        "encoder self-attention", "decoder self-attention (causal)",
+        "cross-attention (decoder query -> source key)"]
+
+
+def test_command_on_a_gpt_classifier_workdir(tmp_path, monkeypatch, capsys):
+    data = dict(synthetic_entities=60, seq_len=32, batch_size=8, eval_batch_size=32,
+                vocab_size=128)
+    workdir = tmp_path / "run"
+    loop.run(_short_run(gpt_classify_config.get_config("size=tiny,task=relation"), **data),
+             str(workdir), devices=ONE_DEVICE)
+    capsys.readouterr()
+    drawn = _capture_maps(monkeypatch)
+    paths = am.main(["x", f"--config={ROOT}/configs/gpt_classify.py:size=tiny,task=relation",
+                     f"--workdir={workdir}", "--text=Lomira lives in the city", "--layers=1",
+                     *(f"--config.data.{k}={v}" for k, v in data.items())])
+    assert paths == [str(workdir / "attention" / "decoder_self.png")]
+    assert capsys.readouterr().out.split() == paths  # no translation line for a classifier
+    (m,) = drawn
+    assert m.kind == "decoder_self" and m.query_tokens[-1] == "[extract]"
+    assert m.weights.shape[:2] == (2, 4) and _png(paths[0]).text["Panels"] == "4"
+    np.testing.assert_allclose(m.weights.sum(-1), 1.0, rtol=1e-5)

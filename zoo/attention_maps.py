@@ -1,36 +1,53 @@
-"""Attention heat maps per layer and head, for one input, from any checkpoint.
+"""Attention heat maps per layer and head, for one input, from any checkpoint that has them.
 
 Seeds 000 and 001 show what one encoder layer's heads do with "The animal didn't cross the street
 because it was too tired": encoding "it", one head attends mostly to "The animal", another to
 "tired". This module draws the same thing for our models: every layer (rows) and head (columns)
 as a query x key heat map, the tokens on both axes, so the row of "it" in each panel is that
-figure's picture for that head.
+figure's picture for that head. Seed 002's classic picture, the RNN translator's alignment of
+each target word with the source words, is drawn the same way (one panel).
 
-* BERT (any model holding the encoder as params['bert'], or a bare BertModel): the encoder's
-  self-attention over [CLS] a [SEP] (b [SEP]).
-* GPT: the decoder's causal self-attention over [BOS] text (zero above the diagonal).
-* EncoderDecoder (translation): encoder self-attention over the source (x [EOS]), decoder
-  self-attention over the decoder input [BOS] y, and cross-attention from each decoder position
-  to the source. Without a target the model translates greedily first; then one teacher-forced
-  forward over [BOS] y sows the maps, so decoder row t is the position that reads y_t (y_0 =
-  BOS) and predicts y_{t+1}.
+The families that have attention weights, and what is drawn (configs/ naming their jobs):
+
+* BERT (configs/bert_pretrain.py, classify.py, squad.py: a bare BertModel or any model holding
+  the encoder as params['bert']): the encoder's self-attention over [CLS] a [SEP] (b [SEP]).
+* GPT (configs/gpt.py): the decoder's causal self-attention over [BOS] text (zero above the
+  diagonal).
+* The GPT classifier (configs/gpt_classify.py): its GPT subtree's causal self-attention over the
+  classifier's own input, [start] text ([delim] text_b) [extract]; the [extract] row is what
+  the classification head reads.
+* Transformer translation (configs/translate.py, an EncoderDecoder): encoder self-attention over
+  the source (x [EOS]), decoder self-attention over the decoder input [BOS] y, and
+  cross-attention from each decoder position to the source; decoder row t is the position that
+  reads y_t (y_0 = BOS) and predicts y_{t+1}.
+* RNN seq2seq with attention (configs/rnn_translate.py, attention=additive (Bahdanau), dot or
+  general (Luong)): the 'alignment', one map of decoder step x source position: row t is the
+  distribution alpha_t the model sowed for the step that produced target token t (the last
+  row, [EOS]'s, when the translation ended), the tokens of Bahdanau et al.'s figure.
+
+Without a target, both translators translate greedily first (the command prints `translation:
+...`) and one teacher-forced forward over that translation sows the maps.
+
+ELMo (configs/elmo.py), the NNLM (nnlm.py), word2vec (word2vec.py), the RNN language model
+(rnnlm.py), the feature classifier (feature_classify.py) and RNN seq2seq with attention=none
+have no attention maps: the command says so in one line, before reading any checkpoint.
 
 The weights are what the model computed: rows are softmax distributions over the keys a query
-may see (attention dropout is off: deterministic forward).
+may see (attention dropout is off: deterministic forward). Drawing is zoo.attention_plot's.
 
 Command line (one PNG per kind under --out, their paths printed):
 
     python -m zoo.attention_maps --config=configs/gpt.py:size=tiny --workdir=/tmp/gpt \\
         --text="The animal didn't cross the street because it was too tired"
+    python -m zoo.attention_maps --config=configs/rnn_translate.py:attention=general \\
+        --workdir=/tmp/s2s --text="二十三减四十五"
     python -m zoo.attention_maps --pretrained=bert-base-uncased/ --text="..." --text_b="..." \\
         --out=/tmp/maps --layers=10,11 --heads=0,1,2
 """
 
 import dataclasses
-import functools
 import os
 import sys
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -38,22 +55,42 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from zoo import errors
+from zoo import decoding, errors
+from zoo.attention_plot import draw
 from zoo.errors import ConfigError, MissingFileError
-from zoo.models import bert, gpt
-from zoo.models import transformer as seq2seq
+from zoo.models import bert, gpt, gpt_classifier, seq2seq, transformer
 
-KINDS = ("encoder_self", "decoder_self", "cross")
-_TITLES = {
-    "encoder_self": "encoder self-attention",
-    "decoder_self": "decoder self-attention (causal)",
-    "cross": "cross-attention (decoder query -> source key)",
+# kind -> (title, what a row is, what a column is, whether the grid is layers x heads)
+_KINDS = {
+    "encoder_self": ("encoder self-attention", "query", "key", True),
+    "decoder_self": ("decoder self-attention (causal)", "query", "key", True),
+    "cross": ("cross-attention (decoder query -> source key)", "query", "key", True),
+    "alignment": ("alignment: each decoder step's attention over the source",
+                  "decoder step (token it produced)", "source token", False),
 }
-# Families that cover CJK and other scripts DejaVu Sans lacks (the synthetic translation task's
-# sources are Chinese); whichever of them is installed becomes a fallback font of the labels.
-_FALLBACK_FONTS = ("Noto Sans CJK SC", "Noto Sans CJK JP", "Noto Sans SC", "Source Han Sans SC",
-                   "WenQuanYi Zen Hei", "WenQuanYi Micro Hei", "Droid Sans Fallback",
-                   "AR PL UMing CN", "SimHei", "Microsoft YaHei", "PingFang SC", "Arial Unicode MS")
+KINDS = tuple(_KINDS)
+# config.task (or, for maps_for_model, the model class) -> why it has no maps to draw.
+_NO_MAPS = {
+    "elmo": "ELMo's biLM (two LSTM language models, no attention)",
+    "nnlm": "the NNLM (a fixed window of embeddings through one hidden layer, no attention)",
+    "word2vec": "word2vec (word vectors, no sequence model, no attention)",
+    "rnnlm": "the RNN language model (its recurrent state carries the context, no attention)",
+    "feature_classify": "the feature classifier (frozen ELMo / word2vec features under a "
+                        "pooling or alignment head; this command does not draw them)",
+}
+_MODEL_TASKS = {"BiLM": "elmo", "NNLM": "nnlm", "Word2Vec": "word2vec", "RNNLM": "rnnlm",
+                "FeatureClassifier": "feature_classify"}
+_SEQ2SEQ_NONE = ("RNN seq2seq with attention='none' (the decoder reads only the encoder's final "
+                 "state: no alignment)")
+_WITH_MAPS = ("Transformer translation (configs/translate.py), BERT and its head models "
+              "(configs/bert_pretrain.py, classify.py, squad.py), GPT (configs/gpt.py), the GPT "
+              "classifier (configs/gpt_classify.py) and RNN seq2seq with attention "
+              "(configs/rnn_translate.py:attention=additive, dot or general)")
+
+
+def _no_maps(where: str, family: str) -> ConfigError:
+    return ConfigError(f"{where}: no attention maps for {family}; attention maps come from "
+                       f"{_WITH_MAPS}")
 
 
 @dataclasses.dataclass
@@ -61,7 +98,8 @@ class AttentionMaps:
     """One attention kind of one input.
 
     Attributes:
-      kind: 'encoder_self', 'decoder_self' or 'cross'.
+      kind: 'encoder_self', 'decoder_self', 'cross' or 'alignment' (RNN seq2seq: one layer,
+        one head).
       weights: float32 [layers, heads, queries, keys]; row q is query q's distribution over keys.
       query_tokens: the token at each query position (rows).
       key_tokens: the token at each key position (columns).
@@ -91,6 +129,23 @@ class AttentionMaps:
     @property
     def num_heads(self) -> int:
         return self.weights.shape[1]
+
+    @property
+    def title(self) -> str:
+        return _KINDS[self.kind][0]
+
+    @property
+    def row_label(self) -> str:
+        return _KINDS[self.kind][1]
+
+    @property
+    def column_label(self) -> str:
+        return _KINDS[self.kind][2]
+
+    @property
+    def per_head(self) -> bool:
+        """The panels are layers x heads (an RNN alignment has neither)."""
+        return _KINDS[self.kind][3]
 
 
 # ---- extraction --------------------------------------------------------------------------------
@@ -128,8 +183,9 @@ def _check_text(name: str, text: str | None) -> str:
 def _encode(tokenizer: Any, name: str, text: str) -> list[int]:
     if tokenizer is None:
         raise ConfigError(
-            "this checkpoint has no tokenizer (a GPT-2 directory's byte-level BPE is not read; "
-            "see zoo.hf): pass --tokenizer=<a .model or vocab.txt of the model's vocabulary>"
+            "this checkpoint has no tokenizer (no vocab.txt, tokenizer.json or vocab.json + "
+            "merges.txt beside it): pass --tokenizer=<a .model, vocab.txt or GPT-2 directory of "
+            "the model's vocabulary>"
         )
     ids = list(tokenizer.encode(_check_text(name, text)))
     if not ids:
@@ -185,6 +241,16 @@ def bert_maps(config: bert.BertConfig, bert_params: Any, tokenizer: Any, text: s
     return [AttentionMaps("encoder_self", weights, tokens, tokens)]
 
 
+def _gpt_weights(model: gpt.GPT, params: Any, ids: Sequence[int], extra: Any = None
+                 ) -> np.ndarray:
+    """GPT's sown self-attention of one row of ids -> [L, H, T, T]; `extra`: the rows of ids
+    past the vocabulary (the classifier's [delim] / [extract])."""
+    model = model.clone(parent=None, decode=False)
+    _, state = model.apply({"params": params}, np.asarray([ids], np.int32), sow_weights=True,
+                           extra_embeddings=extra, mutable=["intermediates"])
+    return _stacked(state["intermediates"]["h"], "self_attention")[:, 0]
+
+
 def gpt_maps(model: gpt.GPT, params: Any, tokenizer: Any, text: str) -> list[AttentionMaps]:
     """GPT's causal self-attention over [BOS] text (the BOS only for tokenizers that have one).
 
@@ -197,16 +263,42 @@ def gpt_maps(model: gpt.GPT, params: Any, tokenizer: Any, text: str) -> list[Att
         ids = [bos, *ids]  # as the LM task's documents and prompts start
     _check_length("[BOS] text", len(ids), model.config.max_len, "max_len")
     _check_vocab("text", ids, model.config.vocab_size)
-    model = model.clone(parent=None, decode=False)
-    _, state = model.apply({"params": _host(params)}, np.asarray([ids], np.int32),
-                           sow_weights=True, mutable=["intermediates"])
-    weights = _stacked(state["intermediates"]["h"], "self_attention")[:, 0]
     tokens = _pieces(tokenizer, ids)
+    return [AttentionMaps("decoder_self", _gpt_weights(model, _host(params), ids), tokens,
+                          tokens)]
+
+
+def gpt_classifier_maps(model: gpt_classifier.GPTForClassification, params: Any, tokenizer: Any,
+                        text: str, text_b: str | None = None) -> list[AttentionMaps]:
+    """The GPT classifier's GPT over its own input transformation (zoo.tasks.gpt_classification):
+    [start] text [extract], or [start] text [delim] text_b [extract] for a pair (multiple
+    choice: the context and one option).
+
+    Returns:
+      [AttentionMaps('decoder_self', [L, H, T, T], tokens, tokens)], the new tokens labelled
+      '[delim]' and '[extract]'.
+    """
+    cfg = model.config
+    ids_a = _encode(tokenizer, "text", text)
+    ids_b = [] if text_b is None else _encode(tokenizer, "text_b", text_b)
+    start = getattr(tokenizer, "bos_id", None)
+    if start is None:
+        raise ConfigError(f"{type(tokenizer).__name__} has no beginning-of-text id to start the "
+                          "classifier's input with; use the tokenizer the model was trained with")
+    _check_vocab("text", [start, *ids_a, *ids_b], cfg.vocab_size)
+    delimiter = [gpt_classifier.delimiter_id(cfg.vocab_size)] if text_b is not None else []
+    ids = [start, *ids_a, *delimiter, *ids_b, gpt_classifier.extract_id(cfg.vocab_size)]
+    _check_length("[start] text ([delim] text_b) [extract]", len(ids), cfg.max_len, "max_len")
+    params = _host(params)
+    weights = _gpt_weights(gpt.GPT(cfg), params["gpt"], ids, extra=params["special_tokens"])
+    names = {gpt_classifier.delimiter_id(cfg.vocab_size): "[delim]",
+             gpt_classifier.extract_id(cfg.vocab_size): "[extract]"}
+    tokens = [names.get(i) or tokenizer.id_to_token(i) for i in ids]
     return [AttentionMaps("decoder_self", weights, tokens, tokens)]
 
 
-def translation_maps(model: seq2seq.EncoderDecoder, params: Any, tokenizer: Any, source: str,
-                     target: str | None = None) -> list[AttentionMaps]:
+def translation_maps(model: transformer.EncoderDecoder, params: Any, tokenizer: Any,
+                     source: str, target: str | None = None) -> list[AttentionMaps]:
     """The encoder-decoder's three kinds of attention for one sentence pair.
 
     Args:
@@ -228,7 +320,7 @@ def translation_maps(model: seq2seq.EncoderDecoder, params: Any, tokenizer: Any,
     model = model.clone(parent=None, incremental=False)
     batch = np.asarray([source_ids], np.int32)
     if target is None:
-        out = seq2seq.translate(model, params, batch, method="greedy")
+        out = transformer.translate(model, params, batch, method="greedy")
         tokens, length = jax.device_get((out.tokens[0], out.lengths[0]))
         target_ids = [int(t) for t in tokens[:int(length)]]
         if target_ids and target_ids[-1] == cfg.eos_id:
@@ -240,11 +332,64 @@ def translation_maps(model: seq2seq.EncoderDecoder, params: Any, tokenizer: Any,
     _check_vocab("target", decoder_ids, cfg.target_vocab)
     _, state = model.apply({"params": params}, batch, np.asarray([decoder_ids], np.int32),
                            sow_weights=True, mutable=["intermediates"])
-    found = seq2seq.attention_weights(state["intermediates"])
+    found = transformer.attention_weights(state["intermediates"])
     src, tgt = _pieces(tokenizer, source_ids), _pieces(tokenizer, decoder_ids)
     axes = {"encoder_self": (src, src), "decoder_self": (tgt, tgt), "cross": (tgt, src)}
     return [AttentionMaps(kind, np.asarray(found[kind], np.float32)[:, 0], *axes[kind])
-            for kind in KINDS]
+            for kind in axes]
+
+
+def _greedy_rnn(model: seq2seq.Seq2Seq, params: Any, source: np.ndarray, max_len: int
+                ) -> list[int]:
+    """The RNN translator's greedy output for one source [1, S]: its tokens after [BOS], [EOS]
+    included when it stopped by itself."""
+    cfg = model.config
+    decoder = seq2seq.seq2seq_decoder(model, params, source, max_len=max_len)
+    out = decoding.greedy(decoder, np.asarray([[cfg.bos_id]], np.int32), max_len=max_len,
+                          eos_id=cfg.eos_id, pad_id=cfg.pad_id)
+    tokens, length = jax.device_get((out.tokens[0], out.lengths[0]))
+    return [int(t) for t in tokens[1:int(length)]]
+
+
+def alignment_maps(model: seq2seq.Seq2Seq, params: Any, tokenizer: Any, source: str,
+                   target: str | None = None, max_len: int | None = None
+                   ) -> list[AttentionMaps]:
+    """The RNN encoder-decoder's alignment (seed 002's picture): at each decoder step, the
+    distribution alpha the model computed over the source positions (Bahdanau's additive or
+    Luong's dot / general score), sown by the model itself (Seq2Seq.decode, sow_weights) in a
+    teacher-forced forward.
+
+    Args:
+      model, params: the Seq2Seq (attention other than 'none') and its parameters.
+      tokenizer: its joint SentencePiece tokenizer.
+      source: the sentence to translate; encoded as x [EOS], as zoo.data.parallel does.
+      target: its translation; None translates greedily first, into at most max_len - 1 tokens
+        (default |x| + 50, zoo.models.transformer.translate's limit).
+
+    Returns:
+      [AttentionMaps('alignment', [1, 1, T, S], produced tokens, source tokens)]: row t is the
+      step that produced target token t (y [EOS] for a given target; the greedy output, [EOS]
+      included when it stopped by itself) and holds the weights that step's output read.
+    """
+    cfg = model.config
+    if cfg.attention == "none":
+        raise _no_maps(type(model).__name__, _SEQ2SEQ_NONE)
+    source_ids = [*_encode(tokenizer, "source", source), cfg.eos_id]
+    _check_vocab("source", source_ids, cfg.vocab_size)
+    params = _host(params)
+    batch = np.asarray([source_ids], np.int32)
+    if target is None:
+        produced = _greedy_rnn(model, params, batch, max_len or 1 + len(source_ids) + 50)
+    else:
+        produced = [*_encode(tokenizer, "target", target), cfg.eos_id]
+    _check_vocab("target", produced, cfg.vocab_size)
+    # Step t reads y_{t-1} (y_0 = BOS) and produces y_t: the decoder input is the output shifted.
+    decoder_ids = [cfg.bos_id, *produced[:-1]]
+    _, state = model.apply({"params": params}, batch, np.asarray([decoder_ids], np.int32),
+                           sow_weights=True, mutable=["intermediates"])
+    alpha = np.asarray(seq2seq.attention_weights(state["intermediates"]), np.float32)[0]
+    return [AttentionMaps("alignment", alpha[None, None], _pieces(tokenizer, produced),
+                          _pieces(tokenizer, source_ids))]
 
 
 def maps_for_model(model: nn.Module, params: Any, tokenizer: Any, text: str, *,
@@ -253,139 +398,44 @@ def maps_for_model(model: nn.Module, params: Any, tokenizer: Any, text: str, *,
     """The attention maps of whatever model this is, for one input.
 
     Args:
-      model: an EncoderDecoder, a GPT, a BertModel, or a BERT head model (BertForPreTraining,
-        BertForQuestionAnswering, BertForSequenceClassification: params['bert'] is its encoder).
+      model: an EncoderDecoder, an RNN Seq2Seq with attention, a GPT, a GPTForClassification, a
+        BertModel, or a BERT head model (BertForPreTraining, BertForQuestionAnswering,
+        BertForSequenceClassification: params['bert'] is its encoder).
       params: the model's parameters.
       tokenizer: its tokenizer.
       text: the input (the source sentence for translation).
-      text_b: BERT only: the second segment.
+      text_b: BERT and the GPT classifier only: the second segment (text pair, or the option of
+        a multiple-choice row).
       target: translation only: the target sentence (None: translate greedily).
+
+    Raises:
+      ConfigError: a model without attention maps (ELMo, NNLM, word2vec, the RNN LM, seq2seq
+        without attention, ...), or an argument the model does not take.
     """
+    name = type(model).__name__
     is_bert = isinstance(getattr(model, "config", None), bert.BertConfig)
-    if text_b is not None and not is_bert:
-        raise ConfigError(f"text_b: only BERT models take a second segment, not "
-                          f"{type(model).__name__}")
-    if target is not None and not isinstance(model, seq2seq.EncoderDecoder):
+    is_classifier = isinstance(model, gpt_classifier.GPTForClassification)
+    if text_b is not None and not (is_bert or is_classifier):
+        raise ConfigError(f"text_b: only BERT models and the GPT classifier take a second "
+                          f"segment, not {name}")
+    translators = (transformer.EncoderDecoder, seq2seq.Seq2Seq)
+    if target is not None and not isinstance(model, translators):
         raise ConfigError(f"target: only encoder-decoder (translation) models take a target, not "
-                          f"{type(model).__name__}")
-    if isinstance(model, seq2seq.EncoderDecoder):
+                          f"{name}")
+    if isinstance(model, transformer.EncoderDecoder):
         return translation_maps(model, params, tokenizer, text, target)
+    if isinstance(model, seq2seq.Seq2Seq):
+        return alignment_maps(model, params, tokenizer, text, target)
     if isinstance(model, gpt.GPT):
         return gpt_maps(model, params, tokenizer, text)
+    if is_classifier:
+        return gpt_classifier_maps(model, params, tokenizer, text, text_b)
     if isinstance(model, bert.BertModel):
         return bert_maps(model.config, params, tokenizer, text, text_b)
     params = nn.unbox(params)
     if is_bert and "bert" in params:
         return bert_maps(model.config, params["bert"], tokenizer, text, text_b)
-    raise TypeError(
-        f"maps_for_model: no attention maps for {type(model).__name__}; supported are "
-        "EncoderDecoder, GPT, BertModel and BERT models holding the encoder as params['bert']"
-    )
-
-
-# ---- drawing -----------------------------------------------------------------------------------
-
-
-def _select(name: str, chosen: Sequence[int] | None, available: int) -> list[int]:
-    if chosen is None:
-        return list(range(available))
-    chosen = [int(i) for i in chosen]
-    bad = [i for i in chosen if not 0 <= i < available]
-    if not chosen or bad:
-        raise ConfigError(f"{name}={chosen}: choose indices in [0, {available}) (the model has "
-                          f"{available} {name})")
-    return chosen
-
-
-@functools.lru_cache(maxsize=1)
-def _fallback_families() -> tuple[str, ...]:
-    from matplotlib import font_manager
-
-    installed = {f.name for f in font_manager.fontManager.ttflist}
-    return tuple(name for name in _FALLBACK_FONTS if name in installed)
-
-
-def _uncovered(labels: Sequence[str], families: Sequence[str]) -> set[str]:
-    """Label characters none of `families` can draw."""
-    from matplotlib import font_manager
-    from matplotlib.ft2font import FT2Font
-
-    covered: set[int] = set()
-    for family in families:
-        path = font_manager.findfont(font_manager.FontProperties(family=family),
-                                     fallback_to_default=False)
-        covered.update(FT2Font(path).get_charmap())
-    return {c for label in labels for c in label if not c.isspace() and ord(c) not in covered}
-
-
-def draw(maps: AttentionMaps, path: str, *, layers: Sequence[int] | None = None,
-         heads: Sequence[int] | None = None) -> str:
-    """Draws one PNG: a grid of heat maps, a row per layer and a column per head.
-
-    Each panel is query (rows, top to bottom) x key (columns); the token labels are on the left
-    column's and the bottom row's axes, one colour scale (0 to the largest weight shown) and
-    colorbar for all panels. The PNG's text chunks record the grid: 'Layers' and 'Heads' (the
-    indices drawn, comma-separated) and 'Panels' (their count).
-
-    Args:
-      maps: what to draw.
-      path: the PNG to write (its directory is created).
-      layers, heads: indices to draw (default all).
-
-    Returns:
-      path.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    layers = _select("layers", layers, maps.num_layers)
-    heads = _select("heads", heads, maps.num_heads)
-    rows, cols = len(layers), len(heads)
-    shown = maps.weights[np.ix_(layers, heads)]  # (rows, cols, q, k)
-    vmax = max(float(shown.max()), 1e-6)
-    q, k = len(maps.query_tokens), len(maps.key_tokens)
-    # Big enough that every token label has its own line of text.
-    size = float(np.clip(0.2 * max(q, k) + 0.6, 1.8, 8.0))
-    families = ["DejaVu Sans", *_fallback_families()]
-    missing = _uncovered(maps.query_tokens + maps.key_tokens, families)
-    if missing:
-        warnings.warn(
-            f"draw: no installed font has {''.join(sorted(missing))!r}; those labels show as "
-            "boxes (install a font covering them, e.g. Noto Sans CJK for Chinese)", stacklevel=2)
-    with plt.rc_context({"font.family": families, "font.size": 8}), warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
-        fig, axes = plt.subplots(rows, cols, figsize=(cols * size + 1.5, rows * size + 1.0),
-                                 squeeze=False, sharex=True, sharey=True, layout="constrained")
-        image = None
-        for r, layer in enumerate(layers):
-            for c, head in enumerate(heads):
-                ax = axes[r, c]
-                image = ax.imshow(shown[r, c], cmap="viridis", vmin=0.0, vmax=vmax,
-                                  aspect="auto", interpolation="nearest")
-                ax.set_xticks(range(k), maps.key_tokens, rotation=90)
-                ax.set_yticks(range(q), maps.query_tokens)
-                ax.tick_params(length=0)
-                ax.label_outer()
-                if r == 0:
-                    ax.set_title(f"head {head}")
-                if c == 0:
-                    ax.set_ylabel(f"layer {layer}\nquery", fontsize=9)
-                if r == rows - 1:
-                    ax.set_xlabel("key")
-        fig.colorbar(image, ax=axes.ravel().tolist(), shrink=min(1.0, 0.9 / rows + 0.1),
-                     label="attention weight")
-        fig.suptitle(_TITLES[maps.kind])
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        fig.savefig(path, dpi=100, metadata={
-            "Title": _TITLES[maps.kind],
-            "Layers": ",".join(map(str, layers)),
-            "Heads": ",".join(map(str, heads)),
-            "Panels": str(rows * cols),
-        })
-        plt.close(fig)
-    return path
+    raise _no_maps(name, _NO_MAPS.get(_MODEL_TASKS.get(name), "this model"))
 
 
 # ---- command line ------------------------------------------------------------------------------
@@ -411,7 +461,8 @@ def _flags(argv: Sequence[str]):
                         flag_values=fv)
     flags.DEFINE_string("text", None, "The input (the source sentence for translation).",
                         flag_values=fv)
-    flags.DEFINE_string("text_b", None, "BERT: the second segment.", flag_values=fv)
+    flags.DEFINE_string("text_b", None, "BERT and the GPT classifier: the second segment.",
+                        flag_values=fv)
     flags.DEFINE_string("target", None, "Translation: the target sentence (default: the model's "
                         "greedy translation).", flag_values=fv)
     flags.DEFINE_string("tokenizer", None, "A .model or vocab.txt replacing the checkpoint's "
@@ -423,6 +474,16 @@ def _flags(argv: Sequence[str]):
     flags.DEFINE_list("heads", None, "Head indices to draw (default all).", flag_values=fv)
     cli.parse_flags(fv, argv)  # a mistake is one UserError, not absl's traceback
     return fv
+
+
+def _check_family(config, where: str) -> None:
+    """Refuses a job whose model has no attention maps, before any workdir, data or checkpoint
+    is read (maps_for_model says the same of the model itself)."""
+    task = config.get("task")
+    if task == "rnn_translate" and config.get("model", {}).get("attention") == "none":
+        raise _no_maps(where, _SEQ2SEQ_NONE)
+    if task in _NO_MAPS:
+        raise _no_maps(where, _NO_MAPS[task])
 
 
 def _from_workdir(config, workdir: str) -> tuple[nn.Module, Any, Any]:
@@ -458,9 +519,22 @@ def _indices(name: str, values: Sequence[str] | None) -> list[int] | None:
                           f"--{name}=0,1") from None
 
 
+def _translation(model: nn.Module, all_maps: list[AttentionMaps], tokenizer: Any) -> str:
+    """The target the maps were drawn for, as text (the greedy translation without --target)."""
+    maps = next(m for m in all_maps if m.kind in ("cross", "alignment"))
+    # cross: rows are the decoder inputs [BOS] y; alignment: the tokens produced, y ([EOS]).
+    pieces = maps.query_tokens[1:] if maps.kind == "cross" else maps.query_tokens
+    ids = [tokenizer.token_to_id(t) for t in pieces]
+    if ids and ids[-1] == model.config.eos_id:
+        ids = ids[:-1]
+    return tokenizer.decode(ids)
+
+
 def main(argv: Sequence[str]) -> list[str]:
     """`python -m zoo.attention_maps ...`: writes <out>/<kind>.png for each attention kind the
     model has, prints and returns their paths (see the module docstring for the flags)."""
+    from ml_collections import config_flags
+
     fv = _flags(argv)
     if fv.pretrained and (fv.config is not None or fv.workdir):
         raise ConfigError("give either --pretrained=DIR or --config=... --workdir=DIR, not both")
@@ -472,6 +546,7 @@ def main(argv: Sequence[str]) -> list[str]:
         model, params, _, tokenizer = hf.load_pretrained(fv.pretrained)
         out = fv.out or "attention"
     elif fv.config is not None and fv.workdir:
+        _check_family(fv.config, f"--config={config_flags.get_config_filename(fv['config'])}")
         model, params, tokenizer = _from_workdir(fv.config, fv.workdir)
         out = fv.out or os.path.join(fv.workdir, "attention")
     else:
@@ -483,10 +558,8 @@ def main(argv: Sequence[str]) -> list[str]:
         tokenizer = tokenizers.load_tokenizer(fv.tokenizer)
     all_maps = maps_for_model(model, params, tokenizer, text, text_b=fv.text_b,
                               target=fv.target)
-    if isinstance(model, seq2seq.EncoderDecoder) and fv.target is None:
-        pieces = next(m.query_tokens for m in all_maps if m.kind == "cross")[1:]  # after [BOS]
-        ids = [tokenizer.token_to_id(t) for t in pieces]
-        print(f"translation: {tokenizer.decode(ids)}", flush=True)
+    if isinstance(model, (transformer.EncoderDecoder, seq2seq.Seq2Seq)) and fv.target is None:
+        print(f"translation: {_translation(model, all_maps, tokenizer)}", flush=True)
     paths = []
     for maps in all_maps:
         try:
