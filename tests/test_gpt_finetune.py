@@ -100,8 +100,9 @@ def test_fine_tunes_from_a_gpt2_directory_with_its_byte_level_tokenizer(pretrain
     """An imported GPT-2 (config.json + model.safetensors + vocab.json + merges.txt): the `gpt`
     subtree starts as the directory's weights and the text goes through GPT-2's byte-level
     BPE (zoo.data.gpt2_bpe), found in the same directory."""
-    from tokenizers import ByteLevelBPETokenizer
-
+    ByteLevelBPETokenizer = pytest.importorskip(
+        "tokenizers", reason="trains the GPT-2 files; comes with the parity extra "
+        "(pip install -e '.[parity]')").ByteLevelBPETokenizer
     from zoo import hf
     from zoo.data import gpt2_bpe
     from zoo.models import gpt

@@ -9,10 +9,10 @@ import shutil
 import jax
 import numpy as np
 import pytest
+from safetensors.numpy import load_file
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-load_file = pytest.importorskip("safetensors.numpy").load_file
 
 from zoo import hf  # noqa: E402
 from zoo.data.wordpiece import WordPieceTokenizer  # noqa: E402
@@ -128,7 +128,8 @@ def test_loaded_model_gives_transformers_logits(checkpoint):
         assert got.shape == want.shape
         assert np.abs(got - want).max() <= 1e-4
     if arch.startswith("GPT2"):
-        assert isinstance(config, gpt.GPTConfig) and tokenizer is None  # no byte-level BPE
+        # transformers' save_pretrained of a model writes no vocab.json / merges.txt
+        assert isinstance(config, gpt.GPTConfig) and tokenizer is None
     else:
         assert isinstance(config, bert.BertConfig)
         assert isinstance(tokenizer, WordPieceTokenizer)
@@ -238,6 +239,26 @@ def test_tokenizer_json_as_transformers_v5_writes_it(tmp_path):
     text = "The BIG dogs ran, who sat? Xy"
     assert ours.encode(text) == theirs(text, add_special_tokens=False)["input_ids"]
     assert ours.tokenize(text)[:3] == ["the", "big", "dog"]
+
+
+def test_a_gpt2_directory_loads_its_byte_level_bpe(tmp_path):
+    """vocab.json + merges.txt beside a GPT-2's weights: load_pretrained hands back zoo's
+    byte-level BPE, whose ids are transformers' GPT2TokenizerFast's for the same files."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    corpus = ["The animal didn't cross the street because it was too tired.",
+              "Spaces  twice, tabs\tand newlines\n; naïve café, 東京 and emoji 🙂."] * 20
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(corpus, vocab_size=300, special_tokens=["<|endoftext|>"])
+    bpe.save_model(str(tmp_path))
+    _hf_model("GPT2LMHeadModel", vocab_size=bpe.get_vocab_size()).save_pretrained(tmp_path)
+    model, _, config, ours = hf.load_pretrained(tmp_path)
+    assert isinstance(model, gpt.GPT) and config.vocab_size == bpe.get_vocab_size()
+    theirs = transformers.GPT2TokenizerFast(str(tmp_path / "vocab.json"),
+                                            str(tmp_path / "merges.txt"))
+    for text in corpus[:2] + ["  leading spaces", "unseen wörds 🙂🙂", ""]:
+        assert ours.encode(text) == theirs(text)["input_ids"], text
+        assert ours.decode(ours.encode(text)) == text
 
 
 # ---- atomic writes -----------------------------------------------------------------------------

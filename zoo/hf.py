@@ -17,9 +17,9 @@ with `torch.load(weights_only=True)`.
 
 Tokenizers: BERT's vocab.txt (or, as transformers v5 writes it, a WordPiece tokenizer.json)
 becomes a zoo WordPieceTokenizer with the lowercasing / accent / CJK options of
-tokenizer_config.json (tokenizer.json's normalizer). GPT-2's vocab.json + merges.txt are NOT
-read: the project has no byte-level BPE tokenizer (GPT-2's pre-tokenizer needs Unicode property
-classes that Python's `re` lacks), so a GPT-2 directory loads with tokenizer None.
+tokenizer_config.json (tokenizer.json's normalizer). GPT-2's vocab.json + merges.txt become
+zoo's byte-level BPE (zoo.data.gpt2_bpe.GPT2Tokenizer, the ids of transformers'
+GPT2Tokenizer).
 
 google-research/bert directories load too (no TensorFlow needed): bert_config.json (or a
 config.json) + one TF checkpoint (bert_model.ckpt.index + .data-*, any prefix, e.g. a training
@@ -46,10 +46,12 @@ from typing import Any
 
 import flax.linen as nn
 import numpy as np
+from safetensors import numpy as safetensors_numpy
 
 from zoo.convert import bert as bert_convert
 from zoo.convert import gpt2 as gpt2_convert
 from zoo.convert import tf_checkpoint
+from zoo.data import gpt2_bpe
 from zoo.data.wordpiece import CONTINUATION, WordPieceTokenizer
 from zoo.errors import DataError, MissingFileError, UserError
 from zoo.models import bert, gpt
@@ -87,7 +89,8 @@ _TIED_COPIES = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias"
 
 
 def load_pretrained(path: str | os.PathLike, **overrides: Any
-                    ) -> tuple[nn.Module, dict[str, Any], Any, WordPieceTokenizer | None]:
+                    ) -> tuple[nn.Module, dict[str, Any], Any,
+                               WordPieceTokenizer | gpt2_bpe.GPT2Tokenizer | None]:
     """Loads a Hugging Face BERT or GPT-2 checkpoint directory, or a google-research/bert
     TensorFlow one, as a zoo model.
 
@@ -102,8 +105,8 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any
     Returns:
       (model, params, config, tokenizer): `model.apply({"params": params}, ...)` runs it;
       params are numpy arrays in config.param_dtype; config is a BertConfig or GPTConfig;
-      tokenizer a WordPieceTokenizer for BERT, None when the directory has no tokenizer files
-      and always None for GPT-2 (see the module docstring).
+      tokenizer a WordPieceTokenizer for BERT, a GPT2Tokenizer (byte-level BPE) for GPT-2,
+      None when the directory has no tokenizer files.
 
     Raises:
       FileNotFoundError: no such directory, no config.json (bert_config.json) or no weights
@@ -111,7 +114,7 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any
       ValueError: an unsupported model_type / architecture (the message lists the supported
         ones), a config our models cannot represent, weights that are corrupt or do not fit
         the config (the message names the file), or several TF checkpoints in one directory.
-      ImportError: safetensors (or torch, for pytorch_model.bin) is not installed.
+      ImportError: torch is not installed and the weights are a pytorch_model.bin.
     """
     root = Path(path)
     if not root.is_dir():
@@ -137,7 +140,7 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any
     if family == "gpt2":
         config = _wrap(config_path, gpt2_convert.config_from_hf, hf_config, **overrides)
         params = _wrap(weights, gpt2_convert.params_from_hf, state_dict, config)
-        return gpt.GPT(config), params, config, None
+        return gpt.GPT(config), params, config, _gpt2_tokenizer(root)
 
     config = _wrap(config_path, bert_convert.config_from_hf, hf_config, **overrides)
     num_labels = (bert_convert.num_labels_from_hf(hf_config)
@@ -146,6 +149,13 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any
     params = _wrap(weights, bert_convert.params_from_hf, state_dict, config,
                    heads=False if head == "none" else head, num_labels=num_labels)
     return _bert_model(config, params, head, hf_config), params, config, _bert_tokenizer(root)
+
+
+def _gpt2_tokenizer(root: Path) -> gpt2_bpe.GPT2Tokenizer | None:
+    """GPT-2's byte-level BPE from the directory's vocab.json + merges.txt; None without them."""
+    if not all((root / name).is_file() for name in (gpt2_bpe.VOCAB_FILE, gpt2_bpe.MERGES_FILE)):
+        return None
+    return gpt2_bpe.GPT2Tokenizer.from_directory(str(root))
 
 
 def _bert_model(config: bert.BertConfig, params: Mapping[str, Any], head: str | None,
@@ -316,11 +326,6 @@ def _read_weights_file(path: Path) -> dict[str, Any]:
         raise MissingFileError(f"load_pretrained: weights file {path} does not exist")
     if path.name.endswith(".safetensors"):
         try:
-            from safetensors import numpy as safetensors_numpy
-        except ImportError:
-            raise ImportError(f"load_pretrained: reading {path} needs the safetensors package "
-                              "(pip install safetensors)") from None
-        try:
             # bf16 tensors load as ml_dtypes.bfloat16, which importing jax has registered.
             return safetensors_numpy.load_file(str(path))
         except Exception as e:  # safetensors raises its own SafetensorError (an Exception)
@@ -418,11 +423,6 @@ def save_pretrained(path: str | os.PathLike, model_config: bert.BertConfig | gpt
         cannot write.
       FileExistsError: `path` exists, is not empty, and overwrite is False.
     """
-    try:
-        from safetensors.numpy import save_file
-    except ImportError:
-        raise ImportError("save_pretrained: writing model.safetensors needs the safetensors "
-                          "package (pip install safetensors)") from None
     reserved = sorted({"architectures", "model_type", "num_labels"} & set(hf_config))
     if reserved:
         raise ValueError(f"save_pretrained: {reserved} are not config.json extras: pass "
@@ -450,7 +450,8 @@ def save_pretrained(path: str | os.PathLike, model_config: bert.BertConfig | gpt
         (directory / CONFIG_FILE).write_text(json.dumps(config_json, indent=2, sort_keys=True)
                                              + "\n", encoding="utf-8")
         # format=pt: what transformers expects of the files it reads.
-        save_file(state, str(directory / SAFETENSORS_FILE), metadata={"format": "pt"})
+        safetensors_numpy.save_file(state, str(directory / SAFETENSORS_FILE),
+                                    metadata={"format": "pt"})
         if tokenizer is not None:
             _write_wordpiece(directory, tokenizer, model_config)
 

@@ -171,7 +171,7 @@ def test_hf_loads_exported_params_strictly(hf):
 
 def test_from_pretrained_reads_an_exported_directory(hf, tmp_path, monkeypatch):
     """config_to_hf's config.json + params_to_hf's safetensors form a loadable HF checkpoint."""
-    save_file = pytest.importorskip("safetensors.numpy").save_file
+    from safetensors.numpy import save_file
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     config = convert.config_from_hf(hf.config.to_dict())
     exported = convert.params_to_hf(convert.params_from_hf(hf.state_dict(), config), config)

@@ -27,7 +27,10 @@ CORPUS = [
 @pytest.fixture(scope="module")
 def directory(tmp_path_factory):
     """A GPT-2-format vocab.json + merges.txt, trained by Hugging Face's tokenizers library."""
-    from tokenizers import ByteLevelBPETokenizer
+    hf_tokenizers = pytest.importorskip(
+        "tokenizers", reason="trains the reference files; comes with the parity extra "
+        "(pip install -e '.[parity]')")
+    ByteLevelBPETokenizer = hf_tokenizers.ByteLevelBPETokenizer
 
     path = tmp_path_factory.mktemp("gpt2")
     bpe = ByteLevelBPETokenizer()
