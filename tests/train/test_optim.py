@@ -1,6 +1,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from zoo.nn.transformer import TransformerEncoder
@@ -99,3 +100,102 @@ def test_frozen_subtree_is_left_out_of_the_clipping_norm():
     opt = optim.make_optimizer(cfg, frozen=("bert",))
     updates, _ = opt.update(grads, opt.init(params), params)
     np.testing.assert_allclose(updates["head"]["kernel"], [-0.5], rtol=1e-6)
+
+
+def _one_update(cfg, params, grads):
+    opt = optim.make_optimizer(cfg)
+    updates, _ = opt.update(grads, opt.init(params), params)
+    return jax.tree.map(np.asarray, updates)
+
+
+def test_clipping_rescales_the_gradient_to_clip_norm():
+    # SGD with lr 1 moves params by minus the (clipped) gradient: global norm 5 -> 1.
+    params = {"a": jnp.zeros(2), "b": jnp.zeros(1)}
+    grads = {"a": jnp.array([3.0, 0.0]), "b": jnp.array([4.0])}
+    cfg = _cfg(name="sgd", learning_rate=1.0, warmup_steps=0, decay="constant", momentum=0.0)
+    clipped = _one_update(cfg, params, grads)
+    np.testing.assert_allclose(clipped["a"], [-0.6, 0.0], rtol=1e-6)
+    np.testing.assert_allclose(clipped["b"], [-0.8], rtol=1e-6)
+    # clip_norm=0 turns clipping off: the raw gradient; a gradient inside the norm is untouched.
+    cfg.clip_norm = 0.0
+    np.testing.assert_allclose(_one_update(cfg, params, grads)["b"], [-4.0], rtol=1e-6)
+    cfg.clip_norm = 10.0
+    np.testing.assert_allclose(_one_update(cfg, params, grads)["b"], [-4.0], rtol=1e-6)
+
+
+def _adam_direction(g, eps):
+    """Adam's first update (bias-corrected moments m = g, v = g^2), in float64."""
+    g = np.asarray(g, np.float64)
+    return g / (np.sqrt(g * g) + eps)
+
+
+def _params_and_grads():
+    rng = np.random.default_rng(0)
+    params = {"dense": {"kernel": rng.normal(size=(3, 4)), "bias": rng.normal(size=4)},
+              "norm": {"scale": 1.0 + rng.normal(size=4) * 0.1}}
+    grads = jax.tree.map(lambda x: rng.normal(size=x.shape), params)
+    as32 = lambda tree: jax.tree.map(lambda x: jnp.asarray(x, jnp.float32), tree)  # noqa: E731
+    return params, grads, as32(params), as32(grads)
+
+
+def test_adamw_decays_kernels_and_not_biases_or_layernorm_scales():
+    params, grads, p32, g32 = _params_and_grads()
+    lr, wd, eps = 0.01, 0.1, 1e-8
+    cfg = _cfg(name="adamw", learning_rate=lr, warmup_steps=0, decay="constant",
+               weight_decay=wd, eps=eps, clip_norm=0.0)
+    got = _one_update(cfg, p32, g32)
+    for path in (("dense", "kernel"), ("dense", "bias"), ("norm", "scale")):
+        p, g = params[path[0]][path[1]], grads[path[0]][path[1]]
+        decay = wd * p if path[1] == "kernel" else 0.0  # decoupled: lr * wd * w, kernels only
+        np.testing.assert_allclose(got[path[0]][path[1]], -lr * (_adam_direction(g, eps) + decay),
+                                   rtol=1e-5, atol=1e-7, err_msg=str(path))
+    # The same mask as optax's own adamw given it.
+    ref = optax.adamw(lr, b1=cfg.b1, b2=cfg.b2, eps=eps, weight_decay=wd, mask=optim.decay_mask)
+    want, _ = ref.update(g32, ref.init(p32), p32)
+    for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_lamb_scales_each_update_by_its_trust_ratio():
+    params, grads, p32, g32 = _params_and_grads()
+    params["dense"]["bias"] = np.zeros(4)  # ||w|| = 0: the trust ratio falls back to 1
+    p32["dense"]["bias"] = jnp.zeros(4)
+    lr, wd, eps = 0.01, 0.1, 1e-6
+    cfg = _cfg(name="lamb", learning_rate=lr, warmup_steps=0, decay="constant",
+               weight_decay=wd, eps=eps, clip_norm=0.0)
+    got = _one_update(cfg, p32, g32)
+    for path in (("dense", "kernel"), ("dense", "bias"), ("norm", "scale")):
+        p, g = params[path[0]][path[1]], grads[path[0]][path[1]]
+        u = _adam_direction(g, eps) + (wd * p if path[1] == "kernel" else 0.0)
+        w_norm, u_norm = np.linalg.norm(p), np.linalg.norm(u)
+        ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
+        np.testing.assert_allclose(got[path[0]][path[1]], -lr * ratio * u, rtol=1e-5,
+                                   atol=1e-7, err_msg=str(path))
+    assert not np.allclose(np.linalg.norm(got["dense"]["kernel"]),
+                           lr * np.linalg.norm(_adam_direction(grads["dense"]["kernel"], eps)))
+
+
+def test_adafactor_is_optax_adafactor_with_the_schedule_mask_and_clipping():
+    """zoo's Adafactor: optax.adafactor (factored second moments for the 130 x 130 kernel) at the
+    warmup schedule's rate of each step, weight decay on kernels only, after global clipping."""
+    rng = np.random.default_rng(1)
+    params = {"dense": {"kernel": jnp.asarray(rng.normal(size=(130, 130)), jnp.float32),
+                        "bias": jnp.asarray(rng.normal(size=130), jnp.float32)}}
+    cfg = _cfg(name="adafactor", learning_rate=0.01, warmup_steps=4, total_steps=10,
+               decay="linear", weight_decay=0.1, clip_norm=1.0)
+    ours = optim.make_optimizer(cfg)
+    rates = iter([0.0, 0.0025, 0.005, 0.0075])  # linear warmup 0 -> 0.01 over 4 steps
+    ref = optax.chain(optax.clip_by_global_norm(1.0),
+                      optax.adafactor(lambda _: next(rates), weight_decay_rate=0.1,
+                                      weight_decay_mask=optim.decay_mask))
+    state_ours, state_ref, p_ours, p_ref = ours.init(params), ref.init(params), params, params
+    for _ in range(4):
+        grads = jax.tree.map(lambda x: jnp.asarray(rng.normal(size=x.shape), jnp.float32), params)
+        u_ours, state_ours = ours.update(grads, state_ours, p_ours)
+        u_ref, state_ref = ref.update(grads, state_ref, p_ref)
+        for a, b in zip(jax.tree.leaves(u_ours), jax.tree.leaves(u_ref)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-8)
+        p_ours, p_ref = optax.apply_updates(p_ours, u_ours), optax.apply_updates(p_ref, u_ref)
+    # The kernel's second moment really is factored (row and column statistics, not 130 x 130).
+    factored = [x.shape for x in jax.tree.leaves(state_ours) if x.ndim == 1 and x.size == 130]
+    assert factored, jax.tree.map(np.shape, state_ours)

@@ -77,7 +77,7 @@ class Progress:
     between calls (so compile time shows up only in the first interval)."""
 
     def __init__(self, total_steps: int, start_step: int = 0, flops_per_token: float = 0.0,
-                 peak_flops: float | None = None, stream=sys.stdout):
+                 peak_flops: float | None = None, stream=None):
         self.total = total_steps
         self._stream = stream
         self._last_time = time.perf_counter()
@@ -104,7 +104,7 @@ class Progress:
             print(
                 f"[{'#' * filled}{'.' * (20 - filled)}] step {step:>6}/{self.total} | {shown} | "
                 f"{rates['tokens_per_sec']:,.0f} tok/s{mfu} | ETA {eta}",
-                file=self._stream, flush=True,
+                file=self._stream or sys.stdout, flush=True,  # sys.stdout now, not at import
             )
         return rates
 

@@ -1,0 +1,50 @@
+"""The progress line's model FLOPs utilisation: tokens/s x the task's FLOPs per token over the
+devices' peak, printed and logged when a peak is known (the spec table, or
+config.train.peak_flops), absent on a CPU with none."""
+
+import json
+import types
+
+import jax
+import pytest
+
+from zoo.train import loop, metrics
+
+ONE_DEVICE = jax.devices()[:1]
+
+
+def _train_records(workdir):
+    with open(workdir / "metrics.jsonl") as f:
+        return [r for r in map(json.loads, f) if r["split"] == "train"]
+
+
+def test_mfu_is_printed_and_logged_against_config_peak_flops(tiny_lm_config, tmp_path, capfd):
+    peak = 2e9  # FLOP/s per device, as a user would give for hardware missing from the table
+    config = tiny_lm_config(steps=4, log_every=2, peak_flops=peak)
+    loop.run(config, str(tmp_path / "run"), devices=ONE_DEVICE)
+    lines = [x for x in capfd.readouterr().out.splitlines() if " tok/s" in x]
+    records = _train_records(tmp_path / "run")
+    assert len(lines) == len(records) == 2
+    flops_per_token = loop.build(config, str(tmp_path / "probe"),
+                                 devices=ONE_DEVICE).task.flops_per_token()
+    assert flops_per_token > 0
+    for line, record in zip(lines, records):
+        expected = record["tokens_per_sec"] * flops_per_token / peak
+        assert record["mfu"] == pytest.approx(expected, rel=1e-9)
+        assert f"{record['tokens_per_sec']:,.0f} tok/s | MFU {expected:.1%} | ETA" in line
+
+
+def test_no_mfu_without_a_known_peak(tiny_lm_config, tmp_path, capfd):
+    loop.run(tiny_lm_config(steps=2, log_every=1), str(tmp_path / "run"), devices=ONE_DEVICE)
+    assert "MFU" not in capfd.readouterr().out  # a CPU is in no spec table
+    assert all("mfu" not in r for r in _train_records(tmp_path / "run"))
+
+
+def test_peak_flops_from_the_spec_table_or_the_override():
+    def devices(kind, n):
+        return [types.SimpleNamespace(device_kind=kind)] * n
+
+    assert metrics.peak_flops(devices("TPU v4", 8)) == 8 * 275e12
+    assert metrics.peak_flops(devices("NVIDIA H100 80GB HBM3", 2)) == 2 * 989e12
+    assert metrics.peak_flops(devices("cpu", 4)) is None
+    assert metrics.peak_flops(devices("cpu", 4), override=1e12) == 4e12
