@@ -2,21 +2,15 @@
 a 2x2x2 mesh of 8 fake devices give the update of the whole batch on one device (the
 one-device, in-process proof is tests/train/test_step.py)."""
 
-import flax.linen as nn
 import jax
 import numpy as np
 
+from tests.train import loop_steps
 from zoo.train import loop
 
 
 def _train(config, workdir, devices, batches):
-    setup = loop.build(config, workdir, devices=devices)
-    train_step = loop.make_train_step(setup, config)
-    state, losses = setup.state, []
-    with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
-        for batch in batches:
-            state, m = train_step(state, loop._to_global(batch, setup.batch_sharding))
-            losses.append(float(m["loss_sum"]) / float(m["weight_sum"]))
+    state, losses = loop_steps.train(loop.build(config, workdir, devices=devices), config, batches)
     return losses, jax.device_get(state.params)
 
 

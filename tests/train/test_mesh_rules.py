@@ -2,13 +2,13 @@
 would put them), training on it equals one device, and a table the mesh cannot follow is one
 ConfigError naming config.mesh.rules."""
 
-import flax.linen as nn
 import jax
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
 from configs import gpt as gpt_config
+from tests.train import loop_steps
 from zoo.errors import ConfigError
 from zoo.train import dry_run, loop, partitioning
 
@@ -43,16 +43,6 @@ def _custom_rules():
     return [[name, CUSTOM.get(name, axes)] for name, axes in partitioning.DEFAULT_RULES]
 
 
-def _train(setup, config, batches):
-    train_step = loop.make_train_step(setup, config)
-    state, losses = setup.state, []
-    with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
-        for batch in batches:
-            state, m = train_step(state, loop._to_global(batch, setup.batch_sharding))
-            losses.append(float(m["loss_sum"]) / float(m["weight_sum"]))
-    return state, losses
-
-
 def _leaf(tree, path):
     for key in path:
         tree = tree[key]
@@ -69,7 +59,7 @@ def test_params_follow_a_custom_rules_table_and_train_as_on_one_device(workdir):
     single = loop.build(config, workdir, devices=jax.devices()[:1])
     it = single.task.train_batches(0, 1)
     batches = [next(it) for _ in range(2)]
-    state, losses = _train(single, config, batches)
+    state, losses = loop_steps.train(single, config, batches)
     expected_params = jax.device_get(state.params)
 
     default = loop.build(_config(mesh=(2, 2, 2)), workdir)
@@ -81,7 +71,7 @@ def test_params_follow_a_custom_rules_table_and_train_as_on_one_device(workdir):
         # The arrays themselves were created on those shards.
         assert _leaf(custom.state.params, path).sharding.spec == custom_spec, path
 
-    state, custom_losses = _train(custom, custom_config, batches)
+    state, custom_losses = loop_steps.train(custom, custom_config, batches)
     np.testing.assert_allclose(custom_losses, losses, rtol=2e-5)
     for path, _, custom_spec in EXPECTED:  # the step keeps the layout
         assert _leaf(state.params, path).sharding.spec == custom_spec, path
