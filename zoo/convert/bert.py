@@ -1,17 +1,7 @@
 """Hugging Face and google-research/bert <-> zoo BERT (zoo.models.bert): configs and parameters.
 
-Three layouts of the same tensors, one table. Each row names a tensor in Hugging Face
-(BertModel, BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification state
-dicts), in the google-research/bert TensorFlow checkpoint (run_pretraining.py, run_squad.py,
-run_classifier.py) and in our params, with its HF shape, our shape and how the two are laid out:
-
-* 'same': identical up to a C-order reshape (embeddings, LayerNorms, biases; a q/k/v bias of
-  D = H*K values becomes our (H, K), column h*K + k belonging to head h as in HF's head split).
-* 'linear': an nn.Linear. HF stores (out, in), TF's `kernel` and ours (in, out) (ours with the
-  in/out axes further split into heads: q/k/v (D, H, K), the attention output (H, K, D)).
-* 'output_weights': the NSP, SQuAD and classifier layers, which google-research/bert stores
-  as `output_weights` (out, H), the (out, in) orientation of HF, transposed against our
-  (H, out) kernel.
+Three layouts of the same tensors (Hugging Face, google-research/bert TensorFlow, ours), one
+table: zoo.convert.bert_tables names every tensor in each and says how their layouts differ.
 
 LayerNorm gain/shift are `weight`/`bias` in HF (`gamma`/`beta` in old HF files, accepted),
 `gamma`/`beta` in TF, `scale`/`bias` ours. Our encoder layers live under encoder/layer_{i}/
@@ -37,7 +27,6 @@ Example:
       {"params": params}, ids, types, mask, masked_positions)
 """
 
-import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -47,108 +36,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import traverse_util
 
+from zoo.convert import bert_tables as tables
 from zoo.convert.arrays import listing, to_numpy
+from zoo.convert.bert_tables import HEADS
 from zoo.errors import DataError
 from zoo.models.bert import BertConfig
 
-# Shapes are symbols resolved from the config (`_dims`): V vocab, P positions, S segment types,
-# D hidden width, H heads, K head width (D // H), F intermediate width, 2 the NSP classes.
-# Rows: (HF name, TF name, our path, HF shape, our shape, layout).
-# BertModel tensors: HF names bare or under 'bert.', TF under 'bert/', ours under bert/ in
-# BertForPreTraining's params (at the root in BertModel's).
-_MODEL_TABLE = (
-    ("embeddings.word_embeddings.weight", "embeddings/word_embeddings",
-     "embeddings/word_embeddings/embedding", "V D", "V D", "same"),
-    ("embeddings.position_embeddings.weight", "embeddings/position_embeddings",
-     "embeddings/position_embeddings/embedding", "P D", "P D", "same"),
-    ("embeddings.token_type_embeddings.weight", "embeddings/token_type_embeddings",
-     "embeddings/token_type_embeddings/embedding", "S D", "S D", "same"),
-    ("embeddings.LayerNorm.weight", "embeddings/LayerNorm/gamma", "embeddings/norm/scale",
-     "D", "D", "same"),
-    ("embeddings.LayerNorm.bias", "embeddings/LayerNorm/beta", "embeddings/norm/bias",
-     "D", "D", "same"),
-    ("pooler.dense.weight", "pooler/dense/kernel", "pooler/dense/kernel", "D D", "D D", "linear"),
-    ("pooler.dense.bias", "pooler/dense/bias", "pooler/dense/bias", "D", "D", "same"),
-)
-# Per layer: HF under encoder.layer.{i}., TF under encoder/layer_{i}/, ours under
-# encoder/layer_{i}/ (encoder/layers/ when scanned).
-_LAYER_TABLE = tuple(
-    (f"attention.self.{p}.weight", f"attention/self/{p}/kernel", f"self_attention/{p}/kernel",
-     "D D", "D H K", "linear")
-    for p in ("query", "key", "value")
-) + tuple(
-    (f"attention.self.{p}.bias", f"attention/self/{p}/bias", f"self_attention/{p}/bias",
-     "D", "H K", "same")
-    for p in ("query", "key", "value")
-) + (
-    ("attention.output.dense.weight", "attention/output/dense/kernel", "self_attention/out/kernel",
-     "D D", "H K D", "linear"),
-    ("attention.output.dense.bias", "attention/output/dense/bias", "self_attention/out/bias",
-     "D", "D", "same"),
-    ("attention.output.LayerNorm.weight", "attention/output/LayerNorm/gamma",
-     "self_attention_norm/scale", "D", "D", "same"),
-    ("attention.output.LayerNorm.bias", "attention/output/LayerNorm/beta",
-     "self_attention_norm/bias", "D", "D", "same"),
-    ("intermediate.dense.weight", "intermediate/dense/kernel", "mlp/wi/kernel",
-     "F D", "D F", "linear"),
-    ("intermediate.dense.bias", "intermediate/dense/bias", "mlp/wi/bias", "F", "F", "same"),
-    ("output.dense.weight", "output/dense/kernel", "mlp/wo/kernel", "D F", "F D", "linear"),
-    ("output.dense.bias", "output/dense/bias", "mlp/wo/bias", "D", "D", "same"),
-    ("output.LayerNorm.weight", "output/LayerNorm/gamma", "mlp_norm/scale", "D", "D", "same"),
-    ("output.LayerNorm.bias", "output/LayerNorm/beta", "mlp_norm/bias", "D", "D", "same"),
-)
-# Pretraining heads: HF under cls., TF under cls/, ours at BertForPreTraining's root.
-_PRETRAINING_TABLE = (
-    ("cls.predictions.transform.dense.weight", "cls/predictions/transform/dense/kernel",
-     "predictions/transform/kernel", "D D", "D D", "linear"),
-    ("cls.predictions.transform.dense.bias", "cls/predictions/transform/dense/bias",
-     "predictions/transform/bias", "D", "D", "same"),
-    ("cls.predictions.transform.LayerNorm.weight", "cls/predictions/transform/LayerNorm/gamma",
-     "predictions/transform_norm/scale", "D", "D", "same"),
-    ("cls.predictions.transform.LayerNorm.bias", "cls/predictions/transform/LayerNorm/beta",
-     "predictions/transform_norm/bias", "D", "D", "same"),
-    ("cls.predictions.bias", "cls/predictions/output_bias", "predictions/output_bias",
-     "V", "V", "same"),
-    ("cls.seq_relationship.weight", "cls/seq_relationship/output_weights",
-     "seq_relationship/kernel", "2 D", "D 2", "output_weights"),
-    ("cls.seq_relationship.bias", "cls/seq_relationship/output_bias", "seq_relationship/bias",
-     "2", "2", "same"),
-)
-# The SQuAD span head: HF's BertForQuestionAnswering, TF's run_squad.py.
-_QA_TABLE = (
-    ("qa_outputs.weight", "cls/squad/output_weights", "qa_outputs/kernel", "2 D", "D 2",
-     "output_weights"),
-    ("qa_outputs.bias", "cls/squad/output_bias", "qa_outputs/bias", "2", "2", "same"),
-)
-# The sentence classifier: HF's BertForSequenceClassification, TF's run_classifier.py. N is
-# num_labels.
-_CLASSIFIER_TABLE = (
-    ("classifier.weight", "output_weights", "classifier/kernel", "N D", "D N", "output_weights"),
-    ("classifier.bias", "output_bias", "classifier/bias", "N", "N", "same"),
-)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Head:
-    table: tuple
-    hf_names: re.Pattern  # which HF / TF names belong to this head
-    tf_names: re.Pattern
-    roots: tuple[str, ...]  # its subtrees at the root of our params
-    model: str  # the model class (ours and HF's) that has it
-
-
-_HEADS = {
-    "pretraining": _Head(_PRETRAINING_TABLE, re.compile(r"cls\..*"),
-                         re.compile(r"cls/(predictions|seq_relationship)/.*"),
-                         ("predictions", "seq_relationship"), "BertForPreTraining"),
-    "question_answering": _Head(_QA_TABLE, re.compile(r"qa_outputs\..*"),
-                                re.compile(r"cls/squad/.*"), ("qa_outputs",),
-                                "BertForQuestionAnswering"),
-    "sequence_classification": _Head(_CLASSIFIER_TABLE, re.compile(r"classifier\..*"),
-                                     re.compile(r"output_(weights|bias)"), ("classifier",),
-                                     "BertForSequenceClassification"),
-}
-HEADS = tuple(_HEADS)
 # HF's BertForQuestionAnswering is built without the pooler (see the module docstring).
 _HF_QA_ABSENT = ("pooler.dense.weight", "pooler.dense.bias")
 
@@ -292,91 +185,6 @@ def config_to_hf(config: BertConfig, *, num_labels: int | None = None,
     return hf
 
 
-# ---- the table, instantiated -------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class _Row:
-    hf: str
-    tf: str
-    ours: str
-    hf_shape: tuple[int, ...]
-    our_shape: tuple[int, ...]
-    layout: str  # 'same', 'linear' or 'output_weights' (see the module docstring)
-    layer: int | None  # which layer a per-layer row belongs to (its slice when scanned)
-
-    def name(self, fmt: str) -> str:
-        return self.hf if fmt == "hf" else self.tf
-
-    def _transposed(self, fmt: str) -> bool:
-        """Whether the `fmt` tensor is (out, in) against our (in, out)."""
-        if fmt == "hf":
-            return self.layout != "same"
-        return self.layout == "output_weights"
-
-    def shape(self, fmt: str) -> tuple[int, ...]:
-        if fmt == "tf" and self.layout == "linear":
-            return self.hf_shape[::-1]
-        return self.hf_shape
-
-    def to_ours(self, x: np.ndarray, fmt: str) -> np.ndarray:
-        return (x.T if self._transposed(fmt) else x).reshape(self.our_shape)
-
-    def from_ours(self, x: np.ndarray, fmt: str) -> np.ndarray:
-        shape = self.shape(fmt)
-        if self._transposed(fmt):
-            return np.ascontiguousarray(x.reshape(shape[::-1]).T)
-        return x.reshape(shape).copy()
-
-
-def _dims(config: BertConfig, num_labels: int) -> dict[str, int]:
-    d = config.hidden_size
-    return dict(
-        V=config.vocab_size, P=config.max_position_embeddings, S=config.type_vocab_size, D=d,
-        H=config.num_heads, K=d // config.num_heads, F=config.intermediate_size, N=num_labels,
-        **{"2": 2},
-    )
-
-
-def _rows(config: BertConfig, heads: str, hf_prefix: str,
-          num_labels: int = 2) -> list[_Row]:
-    """The tables instantiated for `config`: concrete names, paths and shapes.
-
-    heads is a key of _HEADS or 'none' (BertModel); hf_prefix is '' or 'bert.' for the BertModel
-    tensors' HF names; num_labels sizes the classifier rows.
-    """
-    dims = _dims(config, num_labels)
-
-    def shape(spec):
-        return tuple(dims[s] for s in spec.split())
-
-    ours_prefix = "" if heads == "none" else "bert/"
-    rows = [
-        _Row(hf_prefix + hf, "bert/" + tf, ours_prefix + ours, shape(hs), shape(os_), layout, None)
-        for hf, tf, ours, hs, os_, layout in _MODEL_TABLE
-    ]
-    for i in range(config.num_layers):
-        layer = "layers" if config.scan_layers else f"layer_{i}"
-        ours_layer = f"{ours_prefix}encoder/{layer}"
-        rows += [
-            _Row(f"{hf_prefix}encoder.layer.{i}.{hf}", f"bert/encoder/layer_{i}/{tf}",
-                 f"{ours_layer}/{ours}", shape(hs), shape(os_), layout, i)
-            for hf, tf, ours, hs, os_, layout in _LAYER_TABLE
-        ]
-    if heads != "none":
-        rows += [
-            _Row(hf, tf, ours, shape(hs), shape(os_), layout, None)
-            for hf, tf, ours, hs, os_, layout in _HEADS[heads].table
-        ]
-    return rows
-
-
-# ---- helpers -----------------------------------------------------------------------------------
-
-
-
-
-
 def _check_is_bert(given: Mapping[str, Any], expected: set[str], fmt: str) -> None:
     if expected & set(given):
         return
@@ -400,12 +208,13 @@ def _check_is_bert(given: Mapping[str, Any], expected: set[str], fmt: str) -> No
 _FROM = {"hf": "params_from_hf", "tf": "params_from_tf_variables"}
 _TO = {"hf": "params_to_hf", "tf": "params_to_tf_variables"}
 # What each head kind builds; "none" is BertModel (the encoder alone, at the params' root).
-_MODELS = {"none": "BertModel", **{kind: head.model for kind, head in _HEADS.items()}}
+_MODELS = {"none": "BertModel",
+           **{kind: head.model for kind, head in tables.HEAD_KINDS.items()}}
 
 
 def _head_kind(heads: bool | str | None, caller: str) -> str | None:
     """The `heads` argument as a key of _MODELS, or None to detect it."""
-    if heads is None or heads in _HEADS:
+    if heads is None or heads in tables.HEAD_KINDS:
         return heads
     if isinstance(heads, bool):
         return "pretraining" if heads else "none"
@@ -416,7 +225,7 @@ def _head_kind(heads: bool | str | None, caller: str) -> str | None:
 
 
 def _head_of(name: str, fmt: str) -> str | None:
-    for kind, head in _HEADS.items():
+    for kind, head in tables.HEAD_KINDS.items():
         if (head.hf_names if fmt == "hf" else head.tf_names).fullmatch(name):
             return kind
     return None
@@ -476,14 +285,14 @@ def _num_labels(given: Mapping[str, Any], heads: str, fmt: str, num_labels: int 
             raise ValueError(f"{_FROM[fmt]}: num_labels must be >= 1, got {num_labels}")
         return num_labels
     if heads == "sequence_classification":
-        weight = _CLASSIFIER_TABLE[0][0 if fmt == "hf" else 1]
+        weight = tables.CLASSIFIER_TABLE[0][0 if fmt == "hf" else 1]
         shape = tuple(getattr(given.get(weight), "shape", ()))
         if len(shape) == 2:
             return shape[0]
     return 2  # unused, or the classifier is missing and the key check reports it
 
 
-def _load(given: Mapping[str, Any], rows: list[_Row], config: BertConfig,
+def _load(given: Mapping[str, Any], rows: list[tables.Row], config: BertConfig,
           fmt: str) -> dict[str, np.ndarray]:
     """Flat {our path: array} from `given` (fmt names), with every key and shape checked."""
     caller = _FROM[fmt]
@@ -560,7 +369,7 @@ def params_from_hf(state_dict: Mapping[str, Any], config: BertConfig, *,
         given[prefix + _HF_QA_ABSENT[0]] = np.zeros((d, d), dtype)
         given[prefix + _HF_QA_ABSENT[1]] = np.zeros((d,), dtype)
     n = _num_labels(given, heads, "hf", num_labels)
-    flat = _load(given, _rows(config, heads, prefix, n), config, "hf")
+    flat = _load(given, tables.rows(config, heads, prefix, n), config, "hf")
     for copy, original in _HF_TIED:
         if copy in tied:
             original = original if original.startswith("cls.") else prefix + original
@@ -601,7 +410,7 @@ def params_from_tf_variables(variables: Mapping[str, Any], config: BertConfig, *
     """
     given, heads = _tf_names(variables, _head_kind(heads, "params_from_tf_variables"))
     n = _num_labels(given, heads, "tf", num_labels)
-    flat = _load(given, _rows(config, heads, "bert.", n), config, "tf")
+    flat = _load(given, tables.rows(config, heads, "bert.", n), config, "tf")
     return traverse_util.unflatten_dict(flat, sep="/")
 
 
@@ -613,7 +422,8 @@ def _export(params: Mapping[str, Any], config: BertConfig, heads: bool | str | N
     if set(params) == {"params"}:
         params = params["params"]
     if heads is None:
-        found = [k for k, head in _HEADS.items() if any(r in params for r in head.roots)]
+        found = [k for k, head in tables.HEAD_KINDS.items()
+                 if any(r in params for r in head.roots)]
         if len(found) > 1:
             raise ValueError(
                 f"{caller}: the params hold the heads of "
@@ -622,9 +432,9 @@ def _export(params: Mapping[str, Any], config: BertConfig, heads: bool | str | N
         # A bert/ subtree without a known head: report BertForPreTraining's missing heads.
         heads = found[0] if found else ("pretraining" if "bert" in params else "none")
     flat = {k: np.asarray(v) for k, v in traverse_util.flatten_dict(params, sep="/").items()}
-    classifier = flat.get(_CLASSIFIER_TABLE[0][2])
+    classifier = flat.get(tables.CLASSIFIER_TABLE[0][2])
     n = classifier.shape[-1] if classifier is not None and classifier.ndim == 2 else 2
-    rows = _rows(config, heads, hf_prefix if heads == "none" else "bert.", n)
+    rows = tables.rows(config, heads, hf_prefix if heads == "none" else "bert.", n)
     expected = {row.ours for row in rows}
     missing, unexpected = expected - set(flat), set(flat) - expected
     if missing or unexpected:
