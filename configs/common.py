@@ -33,7 +33,7 @@ def parse_arg(arg: str | None, **defaults):
 
 
 def source_config() -> dict:
-    """Where documents come from (zoo/data/sources.py); shared by every text-corpus job."""
+    """Where documents come from (zoo/data/readers/sources.py); shared by every text-corpus job."""
     return dict(
         source="synthetic",  # synthetic | text | tfds
         seed=0,

@@ -11,7 +11,7 @@ vectors, under the same trainable head (zoo/tasks/feature_classification.py).
 Variants: kind = elmo | word2vec; task = relation (single sentences, 19 relations) |
 fact_check (premise / claim pairs: entailment, contradiction, neutral) | binding (premise / claim
 pairs where only a city's context tells whether the claim holds; the task where contextual
-features beat static ones, see zoo/data/synthetic_classification.py); size = tiny | base, the
+features beat static ones, see zoo/data/synthetic/classification.py); size = tiny | base, the
 size of the pretrained run (config.pretrained.model.size).
 
 config.pretrained repeats the pretraining run's corpus and vocabulary settings (source, seed,

@@ -9,7 +9,7 @@ TFDS one: config.data.source='tfds'); mode = skipgram | cbow.
 import ml_collections
 
 from configs import common
-from zoo.data import synthetic
+from zoo.data.synthetic import world as synthetic
 from zoo.train.optim import default_optim_config
 
 

@@ -26,8 +26,9 @@ from configs import rnn_translate as rnn_translate_config
 from configs import translate as translate_config
 from zoo import attention_maps as am
 from zoo import decoding
-from zoo.data import synthetic_translation, tokenizers
-from zoo.data.wordpiece import WordPieceTokenizer
+from zoo.data.synthetic import translation as synthetic_translation
+from zoo.data.tokenizers import base as tokenizers
+from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 from zoo.errors import ConfigError
 from zoo.models import bert, elmo, gpt, gpt_classifier, nnlm, rnnlm, seq2seq, transformer, word2vec
 from zoo.train import loop

@@ -20,7 +20,7 @@ from configs import classify as classify_config
 from configs import gpt as gpt_config
 from configs import gpt_classify as gpt_classify_config
 from configs import squad as squad_config
-from zoo.data import squad
+from zoo.data.readers import squad
 from zoo.errors import ConfigError, UserError
 from zoo.models import bert, gpt
 from zoo.train import loop

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from configs import bert_pretrain
-from zoo.data import sources
-from zoo.data.pretraining import PretrainingSource
-from zoo.data.wordpiece import WordPieceTokenizer
+from zoo.data.pipelines.pretraining import PretrainingSource
+from zoo.data.readers import sources
+from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 4

@@ -10,7 +10,7 @@ import pytest
 
 from configs import classify as classify_config
 from zoo import evaluate, hf
-from zoo.data import synthetic_classification
+from zoo.data.synthetic import classification as synthetic_classification
 from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer
 
@@ -113,7 +113,7 @@ def test_user_jsonl_files_with_explicit_columns(tiny_pretrained_bert, tmp_path):
 def test_init_from_a_hugging_face_directory(tiny_pretrained_bert, tmp_path):
     """A tiny_pretrained_bert directory (here: our pretraining exported with save_pretrained) defines
     the encoder's architecture and the tokenizer, and its weights start the run."""
-    from zoo.data.wordpiece import WordPieceTokenizer
+    from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
     from zoo.models import bert
 
     words = sorted({w for ex in synthetic_classification.classification_splits(0, "relation", 100)

@@ -15,8 +15,8 @@ from configs import bert_pretrain
 from configs import classify as classify_config
 from configs import squad as squad_config
 from zoo import hf
-from zoo.data import sources
-from zoo.data.wordpiece import WordPieceTokenizer
+from zoo.data.readers import sources
+from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 from zoo.errors import ConfigError
 from zoo.models import bert
 from zoo.train import loop, recipe

@@ -9,7 +9,8 @@ import pytest
 from configs import gpt as gpt_config
 from configs import gpt_classify
 from zoo import evaluate, tasks
-from zoo.data import synthetic_classification, tokenizers
+from zoo.data.synthetic import classification as synthetic_classification
+from zoo.data.tokenizers import base as tokenizers
 from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer
 
@@ -99,12 +100,12 @@ def test_a_tokenizer_of_another_vocabulary_is_an_error_naming_both_sizes(pretrai
 def test_fine_tunes_from_a_gpt2_directory_with_its_byte_level_tokenizer(pretrained, tmp_path):
     """An imported GPT-2 (config.json + model.safetensors + vocab.json + merges.txt): the `gpt`
     subtree starts as the directory's weights and the text goes through GPT-2's byte-level
-    BPE (zoo.data.gpt2_bpe), found in the same directory."""
+    BPE (zoo.data.tokenizers.gpt2_bpe), found in the same directory."""
     ByteLevelBPETokenizer = pytest.importorskip(
         "tokenizers", reason="trains the GPT-2 files; comes with the parity extra "
         "(pip install -e '.[parity]')").ByteLevelBPETokenizer
     from zoo import hf
-    from zoo.data import gpt2_bpe
+    from zoo.data.tokenizers import gpt2_bpe
     from zoo.models import gpt
 
     directory = tmp_path / "gpt2"

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from zoo import hf  # noqa: E402
-from zoo.data.wordpiece import WordPieceTokenizer  # noqa: E402
+from zoo.data.tokenizers.wordpiece import WordPieceTokenizer  # noqa: E402
 from zoo.models import bert, gpt  # noqa: E402
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat",

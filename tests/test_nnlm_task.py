@@ -13,7 +13,7 @@ import pytest
 from configs import gpt as gpt_config
 from configs import nnlm as nnlm_config
 from zoo import decoding, tasks
-from zoo.data.tokenizers import EOS_ID
+from zoo.data.tokenizers.base import EOS_ID
 from zoo.models import nnlm
 from zoo.tasks.lm import LanguageModelTask
 from zoo.tasks.nnlm import NNLMTask, window_decoder

@@ -12,7 +12,7 @@ import pytest
 
 from configs import rnn_translate
 from zoo import evaluate
-from zoo.data import synthetic_translation
+from zoo.data.synthetic import translation as synthetic_translation
 from zoo.eval import bleu
 from zoo.models import seq2seq
 from zoo.tasks.rnn_translation import RNNTranslationTask

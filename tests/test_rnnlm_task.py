@@ -13,7 +13,7 @@ import pytest
 from configs import gpt as gpt_config
 from configs import rnnlm as rnnlm_config
 from zoo import decoding, tasks
-from zoo.data.tokenizers import EOS_ID
+from zoo.data.tokenizers.base import EOS_ID
 from zoo.models import rnnlm
 from zoo.tasks.rnnlm import RNNLanguageModelTask, carry_decoder
 from zoo.train import loop

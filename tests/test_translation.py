@@ -10,7 +10,8 @@ import pytest
 
 from configs import translate as translate_config
 from zoo import evaluate
-from zoo.data import parallel, synthetic_translation
+from zoo.data.readers import parallel
+from zoo.data.synthetic import translation as synthetic_translation
 from zoo.eval import bleu
 from zoo.train import loop
 

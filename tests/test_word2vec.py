@@ -10,7 +10,7 @@ import pytest
 
 from configs import word2vec as word2vec_config
 from zoo import word2vec_query
-from zoo.data import synthetic
+from zoo.data.synthetic import world as synthetic
 from zoo.tasks import word2vec as w2v_task
 
 # One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),

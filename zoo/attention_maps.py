@@ -553,7 +553,7 @@ def main(argv: Sequence[str]) -> list[str]:
         raise ConfigError("say which model: --config=configs/<job>.py --workdir=DIR (a trained "
                           "run) or --pretrained=DIR (a Hugging Face or google-research directory)")
     if fv.tokenizer:
-        from zoo.data import tokenizers
+        from zoo.data.tokenizers import base as tokenizers
 
         tokenizer = tokenizers.load_tokenizer(fv.tokenizer)
     all_maps = maps_for_model(model, params, tokenizer, text, text_b=fv.text_b,

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from zoo.data.tokenizers import EOS_ID, PAD_ID
+from zoo.data.tokenizers.base import EOS_ID, PAD_ID
 from zoo.errors import ConfigError
 
 StepFn = Callable[[Any, jax.Array, Any], tuple[jax.Array, Any]]

@@ -18,7 +18,7 @@ with `torch.load(weights_only=True)`.
 Tokenizers: BERT's vocab.txt (or, as transformers v5 writes it, a WordPiece tokenizer.json)
 becomes a zoo WordPieceTokenizer with the lowercasing / accent / CJK options of
 tokenizer_config.json (tokenizer.json's normalizer). GPT-2's vocab.json + merges.txt become
-zoo's byte-level BPE (zoo.data.gpt2_bpe.GPT2Tokenizer, the ids of transformers'
+zoo's byte-level BPE (zoo.data.tokenizers.gpt2_bpe.GPT2Tokenizer, the ids of transformers'
 GPT2Tokenizer).
 
 google-research/bert directories load too (no TensorFlow needed): bert_config.json (or a
@@ -51,8 +51,8 @@ from safetensors import numpy as safetensors_numpy
 from zoo.convert import bert as bert_convert
 from zoo.convert import gpt2 as gpt2_convert
 from zoo.convert import tf_checkpoint
-from zoo.data import gpt2_bpe
-from zoo.data.wordpiece import CONTINUATION, WordPieceTokenizer
+from zoo.data.tokenizers import gpt2_bpe
+from zoo.data.tokenizers.wordpiece import CONTINUATION, WordPieceTokenizer
 from zoo.errors import DataError, MissingFileError, UserError
 from zoo.models import bert, gpt
 

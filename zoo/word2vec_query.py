@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from zoo import errors
-from zoo.data.word2vec import Vocabulary
+from zoo.data.readers.word2vec import Vocabulary
 from zoo.errors import ConfigError, DataError, MissingFileError
 from zoo.models.word2vec import cosine_neighbours
 

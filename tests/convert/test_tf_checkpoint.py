@@ -15,7 +15,7 @@ import pytest
 
 from zoo import hf
 from zoo.convert.tf_checkpoint import crc32c, list_tf_checkpoint, read_tf_checkpoint
-from zoo.data.wordpiece import WordPieceTokenizer
+from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 from zoo.models import bert
 
 FIXTURE = Path(__file__).parent / "fixtures" / "google_bert_tiny"

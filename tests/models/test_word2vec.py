@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from zoo.data import word2vec as w2v_data
+from zoo.data.readers import word2vec as w2v_data
 from zoo.models import word2vec as w2v
 
 

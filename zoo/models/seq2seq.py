@@ -77,7 +77,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zoo import decoding
-from zoo.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from zoo.data.tokenizers.base import BOS_ID, EOS_ID, PAD_ID
 from zoo.errors import ConfigError
 from zoo.models.config_checks import check_float_dtypes
 from zoo.nn.embeddings import Embed

@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zoo import decoding
-from zoo.data.tokenizers import BOS_ID, EOS_ID, PAD_ID
+from zoo.data.tokenizers.base import BOS_ID, EOS_ID, PAD_ID
 from zoo.errors import ConfigError
 from zoo.nn import masks
 from zoo.nn.embeddings import (

@@ -135,8 +135,8 @@ def negative_sampling_loss(scores: jnp.ndarray, output_weights: jnp.ndarray) -> 
 
 def sample_negatives(rng: jax.Array, cdf: jnp.ndarray, shape: tuple[int, ...]) -> jnp.ndarray:
     """Word ids drawn from the noise distribution given as its cumulative table cdf [V] (last
-    entry 1, zoo.data.word2vec.noise_cdf): inverse-CDF sampling by binary search, O(log V) per
-    draw, so it stays cheap for large vocabularies."""
+    entry 1, zoo.data.readers.word2vec.noise_cdf): inverse-CDF sampling by binary search,
+    O(log V) per draw, so it stays cheap for large vocabularies."""
     u = jax.random.uniform(rng, shape, jnp.float32)
     ids = jnp.searchsorted(cdf, u, side="right")
     return jnp.minimum(ids, cdf.shape[0] - 1).astype(jnp.int32)

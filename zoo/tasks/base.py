@@ -9,7 +9,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from zoo.data import batching
+from zoo.data.pipelines import batching
 
 Batch = dict[str, np.ndarray]
 
@@ -64,13 +64,13 @@ class Task(abc.ABC):
 
     def train_batches(self, process_index: int, process_count: int) -> Iterator[Batch]:
         """Endless process-local batches (this process's rows of each global batch): shuffled
-        epochs of `train_rows`, resumable (zoo.data.batching.train_iterator)."""
+        epochs of `train_rows`, resumable (zoo.data.pipelines.batching.train_iterator)."""
         return batching.train_iterator(self.train_rows, self.config.data.batch_size,
                                        self.config.data.seed, process_index, process_count)
 
     def eval_batches(self, process_index: int, process_count: int) -> Iterable[Batch]:
         """One pass over the held-out split, process-local, global shapes fixed: `eval_rows`
-        padded to whole batches with zero-weight rows (zoo.data.batching.eval_batches)."""
+        padded to whole batches with zero-weight rows (zoo.data.pipelines.batching.eval_batches)."""
         return batching.eval_batches(self.eval_rows, self.config.data.eval_batch_size,
                                      process_index, process_count)
 

@@ -11,7 +11,7 @@ import os
 import ml_collections
 
 from zoo.convert import bert as bert_convert
-from zoo.data import tokenizers
+from zoo.data.tokenizers import base as tokenizers
 from zoo.errors import ConfigError, DataError, MissingFileError
 from zoo.models import bert
 

@@ -8,7 +8,7 @@ under the three fine-tuning strategies of seed 001 (config.finetune.strategy):
   the first step (Task.prepare), and the classifier trains on them; a step costs only the head.
   Mathematically the same as 'frozen', at a fraction of the compute.
 
-Data: the synthetic world's labelled sets (zoo.data.synthetic_classification), written as TSV
+Data: the synthetic world's labelled sets (zoo.data.synthetic.classification), written as TSV
 and read back through the same loader as a user's GLUE-style TSV / JSON Lines files.
 Evaluation: loss and accuracy, plus accuracy / F1 / Matthews correlation over the whole eval
 split, with <workdir>/predictions/predictions.tsv.
@@ -21,7 +21,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zoo.data import batching, classification, synthetic_classification
+from zoo.data.pipelines import batching
+from zoo.data.readers import classification
+from zoo.data.synthetic import classification as synthetic_classification
 from zoo.errors import ConfigError
 from zoo.eval import classification as classification_eval
 from zoo.models import bert

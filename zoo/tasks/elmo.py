@@ -1,9 +1,9 @@
 """ELMo's biLM (zoo.models.elmo) trained on a text corpus: the forward and backward LSTM LMs
 jointly, their negative log-likelihoods summed.
 
-Data: the documents of config.data.source (zoo.data.sources), tokenised into words as
-word2vec's (zoo.data.word2vec.tokenize: lower-cased, punctuation dropped). Every sentence is
-wrapped as <s> w_1 .. w_n </s> and a document's sentences are packed, whole and in order, into
+Data: the documents of config.data.source (zoo.data.readers.sources), tokenised into words as
+word2vec's (zoo.data.readers.word2vec.tokenize: lower-cased, punctuation dropped). Every sentence
+is wrapped as <s> w_1 .. w_n </s> and a document's sentences are packed, whole and in order, into
 rows of at most config.data.seq_len tokens (a sentence longer than a row keeps its first
 seq_len - 2 words), so the LMs read sentences in context as bilm-tf's sentence stream does.
 The vocabulary is zoo.models.elmo.SPECIALS (<pad> <unk> <s> </s>) followed by the training
@@ -32,8 +32,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zoo.data import lm_pipeline, sources
-from zoo.data import word2vec as w2v_data
+from zoo.data.pipelines import lm_pipeline
+from zoo.data.readers import sources
+from zoo.data.readers import word2vec as w2v_data
 from zoo.errors import ConfigError
 from zoo.models import elmo
 from zoo.models.elmo import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID

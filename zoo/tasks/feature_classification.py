@@ -13,7 +13,7 @@ which must equal the pretraining run's config.data: same source, seed, synthetic
 min_count) exactly as its task built it, so ids agree; a mismatch in size stops the restore
 with an error. Words outside it read as <unk> (elmo) or as a zero vector (word2vec).
 
-Data: the synthetic world's labelled sets (zoo.data.synthetic_classification: 'relation' or
+Data: the synthetic world's labelled sets (zoo.data.synthetic.classification: 'relation' or
 'fact_check'), or GLUE-style TSV / JSON Lines files, read as zoo.tasks.classification reads
 them. Each text is cut to config.data.seq_len words. Evaluation: loss, accuracy, and F1 / MCC
 over the whole eval split; `baselines()` gives the majority class's accuracy.
@@ -22,8 +22,8 @@ over the whole eval split; `baselines()` gives the majority class's accuracy.
 import ml_collections
 import numpy as np
 
-from zoo.data import classification
-from zoo.data import word2vec as w2v_data
+from zoo.data.readers import classification
+from zoo.data.readers import word2vec as w2v_data
 from zoo.errors import ConfigError, DataError
 from zoo.models import elmo
 from zoo.models import word2vec as w2v

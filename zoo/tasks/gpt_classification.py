@@ -17,7 +17,8 @@ Inputs (zoo.models.gpt_classifier): single texts `[start] a [extract]`, pairs
 `[start] a [delim] b [extract]`, multiple choice one `[start] context [delim] option [extract]`
 row per option with a softmax over the options. Data: the synthetic world's labelled sets (the
 same files and splits as zoo.tasks.classification, so accuracies compare with BERT's), the
-synthetic multiple-choice set (zoo.data.multiple_choice), or a user's GLUE-style TSV / JSONL.
+synthetic multiple-choice set (zoo.data.readers.multiple_choice), or a user's GLUE-style TSV /
+JSONL.
 
 Initialisation (config.train.init_from): a zoo GPT language-model workdir (its latest
 checkpoint fills the `gpt` subtree; the tokenizer is the one that run trained, found in
@@ -34,7 +35,8 @@ import ml_collections
 import numpy as np
 
 from zoo.convert import gpt2 as gpt2_convert
-from zoo.data import classification, multiple_choice, tokenizers
+from zoo.data.readers import classification, multiple_choice
+from zoo.data.tokenizers import base as tokenizers
 from zoo.errors import ConfigError, DataError
 from zoo.models import gpt, gpt_classifier
 from zoo.tasks import bert_encoder

@@ -9,8 +9,9 @@ import ml_collections
 import numpy as np
 
 from zoo import decoding
-from zoo.data import lm_pipeline, tokenizers
-from zoo.data.tokenizers import BOS_ID
+from zoo.data.pipelines import lm_pipeline
+from zoo.data.tokenizers import base as tokenizers
+from zoo.data.tokenizers.base import BOS_ID
 from zoo.errors import ConfigError
 from zoo.models import gpt
 from zoo.tasks.base import Batch, Task

@@ -14,7 +14,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zoo.data import pretraining, sources, tokenizers
+from zoo.data.pipelines import pretraining
+from zoo.data.readers import sources
+from zoo.data.tokenizers import base as tokenizers
 from zoo.models import bert
 from zoo.tasks.base import Batch, Task
 from zoo.train import dry_run

@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zoo.data import squad, synthetic_squad
+from zoo.data.readers import squad
+from zoo.data.synthetic import squad as synthetic_squad
 from zoo.errors import ConfigError
 from zoo.eval import squad as squad_eval
 from zoo.models import bert

@@ -7,9 +7,9 @@ sides. Evaluation: loss, perplexity and token accuracy, then every eval source i
 sacrebleu's defaults and signature (zoo.eval.bleu), ROUGE-1/2/L (zoo.eval.rouge) and the share
 of exact translations; the hypotheses go to <workdir>/predictions/hypotheses.txt.
 
-Data: the synthetic arithmetic task (zoo.data.synthetic_translation, written as TSV files and
-read back like a user's), parallel text files (zoo.data.parallel), or a TFDS translation dataset
-(wmt14_translate/de-en, wmt_t2t_translate/de-en) prepared in a local data_dir.
+Data: the synthetic arithmetic task (zoo.data.synthetic.translation, written as TSV files and
+read back like a user's), parallel text files (zoo.data.readers.parallel), or a TFDS translation
+dataset (wmt14_translate/de-en, wmt_t2t_translate/de-en) prepared in a local data_dir.
 """
 
 import json
@@ -21,7 +21,10 @@ import ml_collections
 import numpy as np
 
 from zoo import decoding
-from zoo.data import batching, parallel, synthetic_translation, tokenizers
+from zoo.data.pipelines import batching
+from zoo.data.readers import parallel
+from zoo.data.synthetic import translation as synthetic_translation
+from zoo.data.tokenizers import base as tokenizers
 from zoo.errors import ConfigError
 from zoo.eval import bleu, rouge
 from zoo.models import transformer

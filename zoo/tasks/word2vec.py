@@ -20,8 +20,9 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from zoo.data import sources, synthetic
-from zoo.data import word2vec as w2v_data
+from zoo.data.readers import sources
+from zoo.data.readers import word2vec as w2v_data
+from zoo.data.synthetic import world as synthetic
 from zoo.errors import ConfigError
 from zoo.models import word2vec as w2v
 from zoo.tasks.base import Batch, Task

@@ -1,0 +1,1 @@
+"""Example preparation, caching and batching: LM rows, BERT pretraining examples, grain."""

@@ -1,0 +1,69 @@
+"""Where documents come from: the synthetic world (default, offline), local text files or TFDS.
+
+Every source yields documents as lists of sentences, the form both LM packing and BERT's
+sentence-pair creation start from.
+"""
+
+import functools
+import glob
+import os
+
+import ml_collections
+
+from zoo.data.synthetic import world as synthetic
+from zoo.errors import ConfigError, MissingFileError
+
+Documents = list[list[str]]
+_SPLITS = ("train", "validation", "test")
+
+
+@functools.lru_cache(maxsize=4)
+def _synthetic_splits(seed: int, num_entities: int) -> dict[str, Documents]:
+    splits = synthetic.corpus_splits(seed=seed, num_entities=num_entities)
+    return {name: [list(doc.texts) for doc in docs] for name, docs in splits.items()}
+
+
+def expand_files(patterns: str, key: str) -> list[str]:
+    """Comma-separated files, globs or directories -> sorted file list (a directory stands for
+    every file below it, hidden ones excepted); an error naming the config key if empty."""
+    files = set()
+    for pattern in filter(None, (p.strip() for p in patterns.split(","))):
+        for path in glob.glob(pattern):
+            if not os.path.isdir(path):
+                files.add(path)
+                continue
+            for directory, subdirs, names in os.walk(path):
+                subdirs[:] = [d for d in subdirs if not d.startswith(".")]
+                files.update(os.path.join(directory, n) for n in names if not n.startswith("."))
+    if not files:
+        raise MissingFileError(
+            f"{key}={patterns!r} matches no files; give comma-separated paths, globs or "
+            "directories of text files (one sentence per line, a blank line between documents)"
+        )
+    return sorted(files)
+
+
+def load_documents(cfg: ml_collections.ConfigDict, split: str) -> Documents:
+    """Documents of `split` ('train' | 'validation' | 'test') from config.data.source.
+
+    'synthetic': the seeded world corpus of config.data.seed with
+    config.data.synthetic_entities entities. 'text': BERT-format files,
+    config.data.train_files for 'train' and config.data.eval_files for the other two. 'tfds': a
+    TFDS dataset prepared in a local data_dir (see zoo.data.readers.tfds_source.load_documents).
+    """
+    if split not in _SPLITS:
+        raise ValueError(f"split must be one of {_SPLITS}, got {split!r}")
+    if cfg.source == "synthetic":
+        return _synthetic_splits(cfg.seed, cfg.synthetic_entities)[split]
+    if cfg.source == "text":
+        key = "config.data.train_files" if split == "train" else "config.data.eval_files"
+        patterns = cfg.train_files if split == "train" else cfg.eval_files
+        return [doc for f in expand_files(patterns, key) for doc in synthetic.read_text_corpus(f)]
+    if cfg.source == "tfds":
+        # Imported here: TFDS takes ~0.5 s to import, which only jobs reading it should pay.
+        from zoo.data.readers import tfds_source
+
+        return tfds_source.load_documents(cfg, split)
+    raise ConfigError(
+        f"config.data.source must be 'synthetic', 'text' or 'tfds', got {cfg.source!r}"
+    )
