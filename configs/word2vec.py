@@ -9,7 +9,7 @@ TFDS one: config.data.source='tfds'); mode = skipgram | cbow.
 import ml_collections
 
 from configs import common
-from zoo.data.synthetic import world as synthetic
+from zoo.data.synthetic.world import NAMED_TYPES
 from zoo.train.optim import default_optim_config
 
 
@@ -35,7 +35,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     )
     config.eval = dict(
         # Neighbour purity over the synthetic world's entity words (zoo/tasks/word2vec.py).
-        purity_types=list(synthetic.NAMED_TYPES),
+        purity_types=list(NAMED_TYPES),
         purity_k=5,
     )
     steps = ml_collections.FieldReference(300 if tiny else 200_000)

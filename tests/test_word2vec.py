@@ -10,7 +10,7 @@ import pytest
 
 from configs import word2vec as word2vec_config
 from zoo import word2vec_query
-from zoo.data.synthetic import world as synthetic
+from zoo.data.synthetic.world import make_world
 from zoo.tasks import word2vec as w2v_task
 
 # One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),
@@ -152,7 +152,7 @@ def test_queries_answer_from_the_trained_vectors(skipgram):
     near = result["neighbours"]["Vanomistan"]
     assert len(near) == 5 and "vanomistan" not in [w for w, _ in near]
     assert [s for _, s in near] == sorted((s for _, s in near), reverse=True)
-    world = synthetic.make_world(config.data.seed, config.data.synthetic_entities)
+    world = make_world(config.data.seed, config.data.synthetic_entities)
     type_of = {e.name.lower(): e.type for e in world.entities}
     # Countries are 25 of ~760 words; at least 2 of the 5 nearest is far above chance (0.15).
     assert sum(type_of.get(w) == "country" for w, _ in near) >= 2, near

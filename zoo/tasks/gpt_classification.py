@@ -17,8 +17,8 @@ Inputs (zoo.models.gpt_classifier): single texts `[start] a [extract]`, pairs
 `[start] a [delim] b [extract]`, multiple choice one `[start] context [delim] option [extract]`
 row per option with a softmax over the options. Data: the synthetic world's labelled sets (the
 same files and splits as zoo.tasks.classification, so accuracies compare with BERT's), the
-synthetic multiple-choice set (zoo.data.readers.multiple_choice), or a user's GLUE-style TSV /
-JSONL.
+synthetic multiple-choice set (zoo.data.synthetic.multiple_choice), or a user's GLUE-style
+TSV / JSONL.
 
 Initialisation (config.train.init_from): a zoo GPT language-model workdir (its latest
 checkpoint fills the `gpt` subtree; the tokenizer is the one that run trained, found in
@@ -36,6 +36,7 @@ import numpy as np
 
 from zoo.convert import gpt2 as gpt2_convert
 from zoo.data.readers import classification, multiple_choice
+from zoo.data.synthetic import multiple_choice as synthetic_multiple_choice
 from zoo.data.tokenizers import base as tokenizers
 from zoo.errors import ConfigError, DataError
 from zoo.models import gpt, gpt_classifier
@@ -214,7 +215,7 @@ class GPTClassificationTask(Task):
             return load_examples(data, split, cache_dir)
         if data.source == "synthetic":
             name = f"multiple_choice-seed{data.seed}-{data.synthetic_entities}-{split}.jsonl"
-            splits = lambda: multiple_choice.synthetic_splits(
+            splits = lambda: synthetic_multiple_choice.multiple_choice_splits(
                 data.seed, data.synthetic_entities)
             path = write_once(os.path.join(cache_dir, name),
                               lambda tmp: multiple_choice.write_jsonl(tmp, splits()[split]))

@@ -22,7 +22,7 @@ from jax.experimental import multihost_utils
 
 from zoo.data.readers import sources
 from zoo.data.readers import word2vec as w2v_data
-from zoo.data.synthetic import world as synthetic
+from zoo.data.synthetic.world import ENTITY_TYPES, make_world
 from zoo.errors import ConfigError
 from zoo.models import word2vec as w2v
 from zoo.tasks.base import Batch, Task
@@ -88,11 +88,11 @@ class Word2VecTask(Task):
         if data.source != "synthetic":
             return np.zeros(0, np.int32), np.zeros(0, np.int32)
         types = tuple(self.config.eval.purity_types)
-        unknown = [t for t in types if t not in synthetic.ENTITY_TYPES]
+        unknown = [t for t in types if t not in ENTITY_TYPES]
         if unknown:
             raise ConfigError(f"config.eval.purity_types has {unknown}; choose from "
-                              f"{synthetic.ENTITY_TYPES}")
-        world = synthetic.make_world(data.seed, data.synthetic_entities)
+                              f"{ENTITY_TYPES}")
+        world = make_world(data.seed, data.synthetic_entities)
         ids, labels = [], []
         for label, type_ in enumerate(types):
             for entity in world.of_type(type_):

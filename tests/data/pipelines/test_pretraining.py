@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from zoo.data.pipelines import pretraining as pt
-from zoo.data.synthetic import world as synthetic
+from zoo.data.synthetic.documents import corpus_splits
 from zoo.data.tokenizers import base as tokenizers
 
 L = 64  # max_seq_length of most tests
@@ -18,7 +18,7 @@ L = 64  # max_seq_length of most tests
 
 @pytest.fixture(scope="module")
 def corpus():
-    splits = synthetic.corpus_splits()
+    splits = corpus_splits()
     return {name: [list(d.texts) for d in docs] for name, docs in splits.items()}
 
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from zoo.data.readers import classification
-from zoo.data.synthetic import world as synthetic
+from zoo.data.synthetic.documents import generate_documents
+from zoo.data.synthetic.world import make_world
 from zoo.data.tokenizers import base as tokenizers
 
 
@@ -239,8 +240,8 @@ def test_featurize_errors():
 
 
 def test_sentencepiece_rows_hold_the_encoded_texts_between_specials():
-    world = synthetic.make_world(seed=0, num_entities=40)
-    documents = synthetic.generate_documents(world, seed=0)
+    world = make_world(seed=0, num_entities=40)
+    documents = generate_documents(world, seed=0)
     sentences = [s for d in documents for s in d.texts]
     tok = tokenizers.train_sentencepiece(sentences, vocab_size=200)
     examples = [_example(sentences[i], sentences[i + 1], id_=str(i)) for i in range(0, 20, 2)]

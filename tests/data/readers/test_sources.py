@@ -16,8 +16,8 @@ import tensorflow_datasets as tfds
 
 from configs import common
 
-from zoo.data.readers import sources, tfds_source
-from zoo.data.synthetic import world as synthetic
+from zoo.data.readers import sources, text_files, tfds_source
+from zoo.data.synthetic.documents import corpus_splits
 
 # Record text -> the document it must give (None: a blank record gives no document).
 TRAIN = {
@@ -270,9 +270,9 @@ def test_tfds_bad_config_values_are_named(overrides, match):
 
 
 def test_text_source_reads_globbed_files_in_sorted_order(tmp_path):
-    synthetic.write_text_corpus(tmp_path / "b.txt", [["B one.", "B two."]])
-    synthetic.write_text_corpus(tmp_path / "a1.txt", [["A one."], ["A two.", "A three."]])
-    synthetic.write_text_corpus(tmp_path / "eval.txt", [["Ünïcode eval."]])
+    text_files.write_text_corpus(tmp_path / "b.txt", [["B one.", "B two."]])
+    text_files.write_text_corpus(tmp_path / "a1.txt", [["A one."], ["A two.", "A three."]])
+    text_files.write_text_corpus(tmp_path / "eval.txt", [["Ünïcode eval."]])
     cfg = _cfg(source="text", train_files=f"{tmp_path}/b.txt, {tmp_path}/a*.txt",
                eval_files=str(tmp_path / "eval.txt"))
     assert sources.load_documents(cfg, "train") == [
@@ -285,9 +285,9 @@ def test_text_source_reads_directories_of_files(tmp_path):
     corpus = tmp_path / "wiki"
     (corpus / "AA").mkdir(parents=True)
     (corpus / ".cache").mkdir()
-    synthetic.write_text_corpus(corpus / "AA" / "wiki_01", [["Second file."]])
-    synthetic.write_text_corpus(corpus / "AA" / "wiki_00", [["First file.", "Still first."]])
-    synthetic.write_text_corpus(corpus / "top.txt", [["Top level."]])
+    text_files.write_text_corpus(corpus / "AA" / "wiki_01", [["Second file."]])
+    text_files.write_text_corpus(corpus / "AA" / "wiki_00", [["First file.", "Still first."]])
+    text_files.write_text_corpus(corpus / "top.txt", [["Top level."]])
     (corpus / ".cache" / "junk").write_bytes(b"\xff\xfe not text")  # hidden: never read
     (corpus / ".hidden.txt").write_bytes(b"\xff")
     cfg = _cfg(source="text", train_files=str(corpus), eval_files=str(corpus / "top.txt"))
@@ -305,7 +305,7 @@ def test_text_source_without_files_names_the_config_key(tmp_path, split, key):
 
 def test_synthetic_default_gives_the_seeded_corpus_splits():
     cfg = _cfg(source="synthetic", seed=3)
-    expected = synthetic.corpus_splits(seed=3)
+    expected = corpus_splits(seed=3)
     for split in ("train", "validation", "test"):
         assert sources.load_documents(cfg, split) == [list(d.texts) for d in expected[split]]
     assert sources.load_documents(cfg, "train") != sources.load_documents(_cfg(source="synthetic",

@@ -13,7 +13,8 @@ import pytest
 
 from zoo.data.readers import squad
 from zoo.data.synthetic import squad as synthetic_squad
-from zoo.data.synthetic import world as synthetic
+from zoo.data.synthetic.documents import Document, corpus_splits, generate_documents
+from zoo.data.synthetic.world import RELATIONS, Fact, make_world
 from zoo.data.tokenizers import base as tokenizers
 from zoo.data.tokenizers import wordpiece
 
@@ -26,12 +27,12 @@ IMPLIED = {"capital": "located_in", "mayor": "lives_in", "founded_by": "works_fo
 
 @pytest.fixture(scope="module")
 def world():
-    return synthetic.make_world(seed=0, num_entities=60)
+    return make_world(seed=0, num_entities=60)
 
 
 @pytest.fixture(scope="module")
 def documents(world):
-    return synthetic.generate_documents(world, seed=0)
+    return generate_documents(world, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -107,7 +108,7 @@ def test_generator_is_deterministic_with_unique_ids(world, documents, v2):
     assert all(re.fullmatch(r"[0-9a-f]{24}", i) for i in ids)
     templates = [t for ts in synthetic_squad.QUESTION_TEMPLATES.values() for t in ts]
     assert len(templates) == len(set(templates))  # a question names its relation
-    assert set(synthetic_squad.QUESTION_TEMPLATES) == set(synthetic.RELATIONS)
+    assert set(synthetic_squad.QUESTION_TEMPLATES) == set(RELATIONS)
 
 
 def test_answerable_questions_ask_for_stated_facts_at_exact_offsets(world, documents, v2):
@@ -127,11 +128,11 @@ def test_answerable_questions_ask_for_stated_facts_at_exact_offsets(world, docum
         for a in qa["answers"]:
             start, text = a["answer_start"], a["text"]
             assert context[start:start + len(text)] == text
-            assert synthetic.Fact(subject, relation, text) in facts
+            assert Fact(subject, relation, text) in facts
             # A whole word of the context, not a piece of a longer one.
             assert not context[start - 1:start].isalnum()
             assert not context[start + len(text):start + len(text) + 1].isalnum()
-    assert relations_asked == set(synthetic.RELATIONS)
+    assert relations_asked == set(RELATIONS)
 
 
 def test_v2_mixes_answerable_and_really_unanswerable_questions(world, documents, v2):
@@ -173,7 +174,7 @@ def test_v1_is_answerable_only_in_the_v1_format(world, documents):
 
 def test_a_fact_stated_twice_has_two_gold_answers(world, documents):
     doc = documents[0]
-    twice = synthetic.Document(doc.subject, doc.sentences + doc.sentences[:1])
+    twice = Document(doc.subject, doc.sentences + doc.sentences[:1])
     fact = doc.sentences[0].facts[0]
     dataset = synthetic_squad.squad_dataset(world, [twice], seed=0)
     (qa,) = [qa for _, _, qa in _questions(dataset)
@@ -191,7 +192,7 @@ def test_squad_splits_use_disjoint_paragraphs(tmp_path):
     assert all(contexts.values()) and set(splits) == {"train", "validation", "test"}
     assert not contexts["train"] & contexts["validation"]
     assert not ids["train"] & ids["validation"]
-    expected = {d.text for d in synthetic.corpus_splits(1, 40)["validation"]}
+    expected = {d.text for d in corpus_splits(1, 40)["validation"]}
     assert contexts["validation"] == expected
 
 

@@ -9,9 +9,9 @@ import pytest
 
 from zoo.data.readers import classification
 from zoo.data.synthetic import classification as sc
-from zoo.data.synthetic import world as synthetic
+from zoo.data.synthetic.documents import corpus_splits, generate_documents
+from zoo.data.synthetic.world import RELATIONS, Fact, make_world
 
-RELATIONS = synthetic.RELATIONS
 LABELS = ("entailment", "contradiction", "neutral")
 PRONOUNS = ("She", "He", "It", "Her", "His", "Its")
 # The world's rules, restated: a stated (s, r, o) implies (o, r', s).
@@ -36,12 +36,12 @@ def _parse(claim):
 
 @pytest.fixture(scope="module")
 def world():
-    return synthetic.make_world(seed=0, num_entities=60)
+    return make_world(seed=0, num_entities=60)
 
 
 @pytest.fixture(scope="module")
 def documents(world):
-    return synthetic.generate_documents(world, seed=0)
+    return generate_documents(world, seed=0)
 
 
 @pytest.fixture(scope="module")
@@ -127,7 +127,7 @@ def test_fact_check_labels_are_right_against_the_world(world, datasets, premises
             assert not stated
             assert all((f.object, IMPLIED.get(f.relation)) != (subject, relation) for f in facts)
             assert re.search(rf"\b{subject}\b", e["text_a"])  # about an entity it names
-            true_neutral += synthetic.Fact(subject, relation, obj) in world.facts
+            true_neutral += Fact(subject, relation, obj) in world.facts
             # A false claim no stated fact rules out through a rule (a mayor lives in their
             # city, ...): its consequence (obj, r', subject) is not contradicted by the premise.
             if relation in IMPLIED:
@@ -207,7 +207,7 @@ def test_splits_share_no_premise_or_sentence():
         ids = [e["id"] for v in splits.values() for e in v]
         assert len(ids) == len(set(ids))
         # Each split is built from its own documents.
-        docs = synthetic.corpus_splits(1, 60)
+        docs = corpus_splits(1, 60)
         for name, examples in splits.items():
             if task == "binding":  # premises written from the split's own persons' facts
                 own = {d.subject for d in docs[name]}
@@ -220,7 +220,7 @@ def test_splits_share_no_premise_or_sentence():
 def test_rule_closure_finds_what_a_premise_implies_and_rules_out():
     # The generator's guard for neutral claims (on the default corpora it never has to act:
     # a false claim that a rule chain contradicts needs an unlikely premise), checked directly.
-    F = synthetic.Fact
+    F = Fact
     premise = [F("Ana", "lives_in", "Tor"), F("Ana", "born_in", "Vel"),
                F("Vel", "located_in", "Rusia"), F("Rusia", "language", "Rusic"),
                F("Kor", "capital", "Tor"), F("Zex", "founded_by", "Ana"),

@@ -1,4 +1,4 @@
-"""The synthetic world corpus: deterministic, consistent with its world, learnable, round-trips."""
+"""The synthetic world and its documents: deterministic, consistent with the world, learnable."""
 
 import collections
 import math
@@ -11,19 +11,32 @@ import time
 import numpy as np
 import pytest
 
-from zoo.data.synthetic import world as synthetic
+from zoo.data.synthetic.documents import (
+    corpus_splits,
+    default_corpus_text,
+    generate_documents,
+    split_documents,
+)
+from zoo.data.synthetic.world import (
+    DOCUMENT_TYPES,
+    ENTITY_TYPES,
+    NAMED_TYPES,
+    NUMBER,
+    RELATIONS,
+    make_world,
+)
 
 _PRONOUN_FORMS = {"female": ("She", "Her"), "male": ("He", "His"), None: ("It", "Its")}
 
 
 @pytest.fixture(scope="module")
 def world():
-    return synthetic.make_world(seed=0)
+    return make_world(seed=0)
 
 
 @pytest.fixture(scope="module")
 def documents(world):
-    return synthetic.generate_documents(world, seed=0)
+    return generate_documents(world, seed=0)
 
 
 def _words(text):
@@ -38,24 +51,24 @@ def _tokens(sentence):
 
 
 def test_same_seed_gives_identical_world_and_documents(world, documents):
-    again = synthetic.make_world(seed=0)
+    again = make_world(seed=0)
     assert again == world
-    assert synthetic.generate_documents(again, seed=0) == documents
+    assert generate_documents(again, seed=0) == documents
 
 
 def test_different_seeds_give_different_worlds_and_documents(world, documents):
-    other = synthetic.make_world(seed=1)
+    other = make_world(seed=1)
     assert other.facts != world.facts
     assert {e.name for e in other.of_type("person")} != {e.name for e in world.of_type("person")}
     # Same world, another document seed: other facts kept, templates and order.
     texts = [d.texts for d in documents]
-    assert [d.texts for d in synthetic.generate_documents(world, seed=1)] != texts
+    assert [d.texts for d in generate_documents(world, seed=1)] != texts
 
 
 def test_output_does_not_depend_on_python_hash_seed():
     # Iterating a set of strings would make the corpus differ between processes.
-    code = ("from zoo.data.synthetic import world; import hashlib; "
-            "print(hashlib.sha256(world.default_corpus_text(3, 60).encode()).hexdigest())")
+    code = ("from zoo.data.synthetic import documents; import hashlib; "
+            "print(hashlib.sha256(documents.default_corpus_text(3, 60).encode()).hexdigest())")
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))))
     digests = set()
@@ -77,23 +90,23 @@ def test_names_unique_ascii_and_every_type_present(world):
     for e in world.entities:
         assert e.name.isascii() and e.name.isalpha(), e
         assert (e.gender in ("female", "male")) == (e.type == "person"), e
-    assert {e.type for e in world.entities} == set(synthetic.ENTITY_TYPES)
+    assert {e.type for e in world.entities} == set(ENTITY_TYPES)
     assert len(world.of_type("person")) > len(world.of_type("city")) > len(world.of_type("country"))
 
 
 def test_facts_are_well_typed_and_functional_relations_single_valued(world):
     objects = collections.defaultdict(set)
     for f in world.facts:
-        rel = synthetic.RELATIONS[f.relation]
+        rel = RELATIONS[f.relation]
         assert world.entity(f.subject).type == rel.subject_type, f
-        if rel.object_type == synthetic.NUMBER:
+        if rel.object_type == NUMBER:
             assert f.object.isdigit(), f
         else:
             assert world.entity(f.object).type == rel.object_type, f
         objects[f.subject, f.relation].add(f.object)
     assert len(set(world.facts)) == len(world.facts)
     for (subject, relation), objs in objects.items():
-        if synthetic.RELATIONS[relation].functional:
+        if RELATIONS[relation].functional:
             assert len(objs) == 1, (subject, relation, objs)
     for p in world.of_type("person"):  # every person has the always-present attributes
         for relation in ("age", "profession", "born_in", "lives_in", "speaks"):
@@ -122,12 +135,12 @@ def test_relations_are_mutually_consistent(world):
 @pytest.mark.parametrize("num_entities", [0, 19, 20.0, "500"])
 def test_make_world_rejects_bad_num_entities(num_entities):
     with pytest.raises(ValueError, match="num_entities"):
-        synthetic.make_world(0, num_entities)
+        make_world(0, num_entities)
 
 
 def test_smallest_world_is_still_consistent():
-    small = synthetic.make_world(5, num_entities=20)
-    docs = synthetic.generate_documents(small, seed=5)
+    small = make_world(5, num_entities=20)
+    docs = generate_documents(small, seed=5)
     assert len(docs) == 20
     assert all(len(d.sentences) >= 2 for d in docs)
     assert set(f.subject for d in docs for f in d.facts) <= {e.name for e in small.entities}
@@ -138,7 +151,7 @@ def test_smallest_world_is_still_consistent():
 
 def test_every_sentence_states_facts_of_the_world(world, documents):
     facts = set(world.facts)
-    names = {e.name for e in world.entities if e.type in synthetic.NAMED_TYPES}
+    names = {e.name for e in world.entities if e.type in NAMED_TYPES}
     for doc in documents:
         for i, s in enumerate(doc.sentences):
             assert s.text[0].isupper() and s.text.endswith("."), s.text
@@ -165,13 +178,13 @@ def test_every_sentence_states_facts_of_the_world(world, documents):
 def test_documents_are_coherent_and_long_enough_for_nsp(world, documents):
     about = collections.Counter()
     for doc in documents:
-        assert world.entity(doc.subject).type in synthetic.DOCUMENT_TYPES
+        assert world.entity(doc.subject).type in DOCUMENT_TYPES
         assert len(doc.sentences) >= 2
         for s in doc.sentences:  # every sentence is about the document's entity
             assert any(doc.subject in (f.subject, f.object) for f in s.facts), (doc.subject, s)
         about[doc.subject] += 1
     # Default: exactly one document per person, city, country and company.
-    expected = [e.name for e in world.entities if e.type in synthetic.DOCUMENT_TYPES]
+    expected = [e.name for e in world.entities if e.type in DOCUMENT_TYPES]
     assert about == collections.Counter(expected)
 
 
@@ -181,7 +194,7 @@ def test_documents_never_contradict_a_functional_relation(documents):
         for f in doc.facts:
             stated[f.subject, f.relation].add(f.object)
     for (subject, relation), objs in stated.items():
-        if synthetic.RELATIONS[relation].functional:
+        if RELATIONS[relation].functional:
             assert len(objs) == 1, (subject, relation, objs)
 
 
@@ -192,7 +205,7 @@ def test_each_relation_is_worded_several_ways(documents):
             if len(s.facts) == 1 and s.subject_spans[0] is not None:
                 (a, b), (c, d) = sorted([s.subject_spans[0], s.object_spans[0]])
                 wordings[s.facts[0].relation].add(s.text[:a] + "#" + s.text[b:c] + "#" + s.text[d:])
-    assert set(wordings) == set(synthetic.RELATIONS)
+    assert set(wordings) == set(RELATIONS)
     for relation, forms in wordings.items():
         assert len(forms) >= 2, (relation, forms)
 
@@ -208,19 +221,19 @@ def test_document_text_offsets_locate_answers(documents):
 
 def test_num_documents_cycles_or_truncates(world, documents):
     n_subjects = len(documents)
-    assert synthetic.generate_documents(world, 7, seed=0) == documents[:7]
-    more = synthetic.generate_documents(world, n_subjects + 30, seed=0)
+    assert generate_documents(world, 7, seed=0) == documents[:7]
+    more = generate_documents(world, n_subjects + 30, seed=0)
     assert len(more) == n_subjects + 30
     assert more[:n_subjects] == documents
     with pytest.raises(ValueError, match="num_documents"):
-        synthetic.generate_documents(world, 0)
+        generate_documents(world, 0)
     with pytest.raises(ValueError, match="pronoun_prob"):
-        synthetic.generate_documents(world, pronoun_prob=1.5)
+        generate_documents(world, pronoun_prob=1.5)
 
 
 def test_default_corpus_size_vocabulary_and_speed():
     start = time.perf_counter()
-    text = synthetic.default_corpus_text(seed=0)
+    text = default_corpus_text(seed=0)
     elapsed = time.perf_counter() - start
     # Guard against an accidental quadratic (it takes ~0.1 s); not a benchmark.
     assert elapsed < 2.0
@@ -231,54 +244,11 @@ def test_default_corpus_size_vocabulary_and_speed():
     assert 300 <= len(vocab) <= 2_000
 
 
-# --- text format -----------------------------------------------------------------------------
-
-
-def test_write_then_read_round_trips(tmp_path, documents):
-    path = tmp_path / "corpus.txt"
-    synthetic.write_text_corpus(path, documents)
-    raw = path.read_bytes()
-    assert raw.endswith(b".\n") and b"\n\n\n" not in raw and b"\r" not in raw
-    assert raw.count(b"\n\n") == len(documents) - 1
-    assert synthetic.read_text_corpus(path) == [list(d.texts) for d in documents]
-    # Plain lists of strings (and non-ASCII text) round-trip too.
-    plain = [["Überall ist es schön.", "第二句。"], ["One."]]
-    synthetic.write_text_corpus(path, plain)
-    assert synthetic.read_text_corpus(path) == plain
-
-
-def test_read_tolerates_crlf_bom_and_extra_blank_lines(tmp_path):
-    path = tmp_path / "messy.txt"
-    path.write_bytes(b"\xef\xbb\xbf\r\n\r\nA one.\r\nA two.  \r\n\r\n \r\n\t\n\nB one.")
-    assert synthetic.read_text_corpus(path) == [["A one.", "A two."], ["B one."]]
-
-
-def test_read_names_file_and_line_of_invalid_utf8(tmp_path):
-    path = tmp_path / "latin1.txt"
-    path.write_bytes("First.\n\nSecond.\nCaf\u00e9 au lait.\n".encode("latin-1"))
-    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}:4: invalid UTF-8.*column 4"):
-        synthetic.read_text_corpus(path)
-
-
-@pytest.mark.parametrize("content", [b"", b"\n\n \r\n"])
-def test_read_rejects_empty_file(tmp_path, content):
-    path = tmp_path / "empty.txt"
-    path.write_bytes(content)
-    with pytest.raises(ValueError, match=rf"{re.escape(str(path))}: the corpus is empty"):
-        synthetic.read_text_corpus(path)
-
-
-@pytest.mark.parametrize("bad", [[[]], [["two\nlines."]], [[" padded."]], [["   "]]])
-def test_write_rejects_documents_that_would_not_round_trip(tmp_path, bad):
-    with pytest.raises(ValueError, match=r"documents\[0\]"):
-        synthetic.write_text_corpus(tmp_path / "x.txt", bad)
-
-
 # --- splits ----------------------------------------------------------------------------------
 
 
 def test_splits_are_disjoint_cover_and_have_requested_sizes(documents):
-    splits = synthetic.corpus_splits(seed=0, validation_fraction=0.1, test_fraction=0.05)
+    splits = corpus_splits(seed=0, validation_fraction=0.1, test_fraction=0.05)
     n = len(documents)
     assert [len(splits[k]) for k in ("validation", "test")] == [round(0.1 * n), round(0.05 * n)]
     assert sum(len(v) for v in splits.values()) == n
@@ -290,15 +260,15 @@ def test_splits_are_disjoint_cover_and_have_requested_sizes(documents):
     assert not subjects["train"] & subjects["validation"]
     assert not subjects["train"] & subjects["test"]
     assert not subjects["validation"] & subjects["test"]
-    assert synthetic.corpus_splits(seed=0, validation_fraction=0.1, test_fraction=0.05) == splits
+    assert corpus_splits(seed=0, validation_fraction=0.1, test_fraction=0.05) == splits
 
 
 def test_split_documents_validates_fractions(documents):
     with pytest.raises(ValueError, match="test_fraction"):
-        synthetic.split_documents(documents, 0.1, 1.0)
+        split_documents(documents, 0.1, 1.0)
     with pytest.raises(ValueError, match="no training data"):
-        synthetic.split_documents(documents[:2], 0.5, 0.5 - 1e-9)
-    small = synthetic.split_documents(documents[:3], 0.01, 0.0)
+        split_documents(documents[:2], 0.5, 0.5 - 1e-9)
+    small = split_documents(documents[:3], 0.01, 0.0)
     assert [len(small[k]) for k in ("train", "validation", "test")] == [2, 1, 0]
 
 
@@ -306,7 +276,7 @@ def test_split_documents_validates_fractions(documents):
 
 
 def test_bigram_model_beats_unigram_on_held_out_text():
-    splits = synthetic.corpus_splits(seed=0)
+    splits = corpus_splits(seed=0)
     train = [_tokens(s) for d in splits["train"] for s in d.texts]
     valid = [_tokens(s) for d in splits["validation"] for s in d.texts]
     vocab = {w: i for i, w in enumerate(sorted({w for s in train for w in s} | {"<unk>"}))}

@@ -1,13 +1,13 @@
 import pytest
 import sentencepiece as spm
 
-from zoo.data.synthetic import world as synthetic
+from zoo.data.synthetic.documents import corpus_splits
 from zoo.data.tokenizers import base as tokenizers
 
 
 @pytest.fixture(scope="module")
 def sentences():
-    return [s for doc in synthetic.corpus_splits()["train"] for s in doc.texts]
+    return [s for doc in corpus_splits()["train"] for s in doc.texts]
 
 
 def test_trained_tokenizer_round_trips_and_fixes_special_ids(sentences, tmp_path):

@@ -2,7 +2,7 @@ import unicodedata
 
 import pytest
 
-from zoo.data.synthetic import world as synthetic
+from zoo.data.synthetic.documents import corpus_splits
 from zoo.data.tokenizers import base as tokenizers
 from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 
@@ -54,7 +54,7 @@ CONFIGS = [
 
 @pytest.fixture(scope="module")
 def sentences():
-    return [s for doc in synthetic.corpus_splits()["train"] for s in doc.texts]
+    return [s for doc in corpus_splits()["train"] for s in doc.texts]
 
 
 @pytest.fixture(scope="module")

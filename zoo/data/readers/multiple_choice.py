@@ -1,5 +1,6 @@
 """Multiple-choice data (SWAG / RACE / story-cloze shaped): a context, K options, and the index
-of the right one. Read from TSV / JSON Lines files, or made from the synthetic world.
+of the right one. Read from TSV / JSON Lines files (the synthetic set,
+zoo.data.synthetic.multiple_choice, is written as JSON Lines and read back the same way).
 
 Examples are plain dicts::
 
@@ -10,23 +11,15 @@ reads GLUE) whose option columns are named by `choices` ("ending0,ending1,ending
 JSON Lines whose `choices` is either one key holding the list of options or several keys each
 holding one. The label is the right option's 0-based index (an integer, or its decimal string).
 Every error names the file and line.
-
-The synthetic set (`synthetic_splits`) is built from zoo.data.synthetic.classification's
-fact_check premises: each premise with its entailed claim, the claim contradicting it and the
-neutral one, shuffled; the answer is the entailed claim. The premise decides it, the claims alone
-do not (fact_check balances every claim cell across labels).
 """
 
 from __future__ import annotations
 
-import collections
 import csv
 import json
 import os
-import random
 
 from zoo.data.readers import text_files
-from zoo.data.synthetic import classification as synthetic_classification
 from zoo.errors import ConfigError, DataError
 
 CONTEXT_COLUMNS = ("context", "premise", "question", "sentence", "text", "startphrase")
@@ -159,29 +152,6 @@ def read_examples(path: str | os.PathLike, *, choices: str, context: str = "",
     if not examples:
         raise DataError(f"{path}: no examples; the file needs at least one row")
     return examples
-
-
-def synthetic_splits(seed: int = 0, num_entities: int = 2000) -> dict[str, list[dict]]:
-    """{'train', 'validation', 'test'}: per fact_check premise, its entailed, contradicting and
-    neutral claims as three options in random order; the answer is the entailed claim."""
-    rng = random.Random(seed)
-    out = {}
-    splits = synthetic_classification.classification_splits(seed, "fact_check", num_entities)
-    for split, examples in splits.items():
-        claims: dict[str, dict[str, str]] = collections.defaultdict(dict)
-        for ex in examples:
-            claims[ex["text_a"]][ex["label"]] = ex["text_b"]
-        rows = []
-        for premise, by_label in claims.items():
-            if len(by_label) != len(synthetic_classification.FACT_CHECK_LABELS):
-                continue  # fact_check's balancing trimmed one of its claims
-            options = list(by_label.values())
-            rng.shuffle(options)
-            rows.append({"id": f"multiple_choice-{split}-{len(rows)}", "context": premise,
-                         "options": options,
-                         "label": str(options.index(by_label["entailment"]))})
-        out[split] = rows
-    return out
 
 
 def write_jsonl(path: str, examples: list[dict]) -> None:

@@ -10,7 +10,8 @@ import os
 
 import ml_collections
 
-from zoo.data.synthetic import world as synthetic
+from zoo.data.readers import text_files
+from zoo.data.synthetic.documents import corpus_splits
 from zoo.errors import ConfigError, MissingFileError
 
 Documents = list[list[str]]
@@ -19,7 +20,7 @@ _SPLITS = ("train", "validation", "test")
 
 @functools.lru_cache(maxsize=4)
 def _synthetic_splits(seed: int, num_entities: int) -> dict[str, Documents]:
-    splits = synthetic.corpus_splits(seed=seed, num_entities=num_entities)
+    splits = corpus_splits(seed=seed, num_entities=num_entities)
     return {name: [list(doc.texts) for doc in docs] for name, docs in splits.items()}
 
 
@@ -58,7 +59,7 @@ def load_documents(cfg: ml_collections.ConfigDict, split: str) -> Documents:
     if cfg.source == "text":
         key = "config.data.train_files" if split == "train" else "config.data.eval_files"
         patterns = cfg.train_files if split == "train" else cfg.eval_files
-        return [doc for f in expand_files(patterns, key) for doc in synthetic.read_text_corpus(f)]
+        return [doc for f in expand_files(patterns, key) for doc in text_files.read_text_corpus(f)]
     if cfg.source == "tfds":
         # Imported here: TFDS takes ~0.5 s to import, which only jobs reading it should pay.
         from zoo.data.readers import tfds_source

@@ -1,7 +1,18 @@
 """User text files read the same way by every reader (classification, multiple choice, parallel
-text): UTF-8 with an optional BOM, errors naming the file and line, lines split only at \\n."""
+text): UTF-8 with an optional BOM, errors naming the file and line, lines split only at \\n.
+Also BERT's pretraining text format (the 'text' source of zoo.data.readers.sources): one sentence
+per line, a blank line between documents."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from zoo.errors import DataError, MissingFileError
+
+if TYPE_CHECKING:
+    from zoo.data.synthetic.documents import Document
 
 
 def read_utf8(path: str, what: str) -> str:
@@ -28,3 +39,86 @@ def split_lines(text: str) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()
     return lines
+
+
+# ---------------------------------------------------------------------------------------------
+# BERT pretraining text format: one sentence per line, a blank line between documents.
+
+
+def _sentences_of(doc: Document | Sequence[str]) -> tuple[str, ...]:
+    # A synthetic Document by its `texts` (not isinstance: this module must not import the
+    # synthetic package, whose documents module imports it).
+    texts = getattr(doc, "texts", None)
+    return tuple(texts) if texts is not None else tuple(doc)
+
+
+def corpus_text(documents: Sequence[Document | Sequence[str]]) -> str:
+    """Formats documents as BERT pretraining text (with a trailing newline).
+
+    Raises:
+      ValueError: for an empty document or a sentence that is blank, has surrounding whitespace
+        or holds a line break, none of which would survive a round trip.
+    """
+    blocks = []
+    for d, doc in enumerate(documents):
+        sentences = _sentences_of(doc)
+        if not sentences:
+            raise ValueError(f"documents[{d}] has no sentences; every document needs at least one")
+        for s, sentence in enumerate(sentences):
+            well_formed = (isinstance(sentence, str) and sentence.strip()
+                           and sentence == sentence.strip() and "\n" not in sentence
+                           and "\r" not in sentence)
+            if not well_formed:
+                raise ValueError(
+                    f"documents[{d}] sentence {s} = {sentence!r} must be a non-blank str without "
+                    "line breaks or surrounding whitespace (one sentence per line)")
+        blocks.append("\n".join(sentences) + "\n")
+    return "\n".join(blocks)
+
+
+def write_text_corpus(path: str | os.PathLike, documents: Sequence[Document | Sequence[str]]
+                      ) -> None:
+    """Writes documents (or lists of sentence strings) to `path` in BERT's format, UTF-8."""
+    text = corpus_text(documents)
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(text)
+
+
+def read_text_corpus(path: str | os.PathLike) -> list[list[str]]:
+    """Reads BERT-format text: documents of stripped sentences.
+
+    Tolerates \\r\\n line ends, a UTF-8 byte-order mark, whitespace-only lines and runs of blank
+    lines (all treated as one document break).
+
+    Raises:
+      ValueError: naming the file and line of the first invalid UTF-8 byte, or the file when it
+        holds no sentences.
+    """
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1) + 1
+        raise DataError(
+            f"{os.fspath(path)}:{line}: invalid UTF-8 byte 0x{data[e.start]:02x} at column "
+            f"{column}; the corpus must be UTF-8 text (re-encode it, e.g. `iconv -t UTF-8`)"
+        ) from None
+    documents: list[list[str]] = []
+    current: list[str] = []
+    # split("\n"), not splitlines(): the latter also breaks on \x0c, \u2028, ... inside sentences.
+    for line in text.removeprefix("\ufeff").split("\n"):
+        line = line.strip()
+        if line:
+            current.append(line)
+        elif current:
+            documents.append(current)
+            current = []
+    if current:
+        documents.append(current)
+    if not documents:
+        raise DataError(
+            f"{os.fspath(path)}: the corpus is empty; expected one sentence per line with a blank "
+            "line between documents")
+    return documents

@@ -45,15 +45,13 @@ import os
 import random
 from collections.abc import Collection, Iterable, Sequence
 
+from zoo.data.synthetic.documents import Document, Sentence, corpus_splits
 from zoo.data.synthetic.world import (
     DEFAULT_NUM_ENTITIES,
     NUMBER,
     RELATIONS,
-    Document,
     Fact,
-    Sentence,
     World,
-    corpus_splits,
     make_world,
 )
 from zoo.errors import ConfigError

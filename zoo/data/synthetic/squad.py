@@ -12,15 +12,8 @@ import os
 import random
 from collections.abc import Sequence
 
-from zoo.data.synthetic.world import (
-    DEFAULT_NUM_ENTITIES,
-    NUMBER,
-    RELATIONS,
-    Document,
-    World,
-    corpus_splits,
-    make_world,
-)
+from zoo.data.synthetic.documents import Document, corpus_splits
+from zoo.data.synthetic.world import DEFAULT_NUM_ENTITIES, NUMBER, RELATIONS, World, make_world
 from zoo.errors import ConfigError
 
 SQUAD_VERSIONS = {"1.1": "1.1", "2.0": "v2.0"}  # ours -> the official files' "version" field
