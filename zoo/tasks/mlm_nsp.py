@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zoo.data.pipelines import pretraining
+from zoo.data.pipelines import pretraining, pretraining_examples
 from zoo.data.readers import sources
 from zoo.data.tokenizers import base as tokenizers
 from zoo.models import bert
@@ -32,7 +32,7 @@ class PretrainingTask(Task):
         eval_docs = sources.load_documents(data, "validation")
         # Cached beside the prepared data, so phases sharing cache_dir share the tokenizer.
         self.tokenizer = tokenizers.from_config(data, cache_dir, train_docs)
-        settings = pretraining.Settings(
+        settings = pretraining_examples.Settings(
             max_seq_length=data.seq_len,
             max_predictions_per_seq=data.max_predictions_per_seq,
             masked_lm_prob=data.masked_lm_prob,
@@ -46,7 +46,7 @@ class PretrainingTask(Task):
             train_docs, self.tokenizer, cache_dir, "train", settings,
             num_shards=data.num_shards, source=f"config.data.source={data.source!r} (train)")
         # A fixed held-out set: one pass, masks drawn once.
-        eval_settings = pretraining.Settings(**{**settings.__dict__, "dupe_factor": 1,
+        eval_settings = pretraining_examples.Settings(**{**settings.__dict__, "dupe_factor": 1,
                                                 "dynamic_masking": False})
         self.eval_source = pretraining.prepare(
             eval_docs, self.tokenizer, cache_dir, "validation", eval_settings,

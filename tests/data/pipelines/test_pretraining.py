@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from zoo.data.pipelines import pretraining as pt
+from zoo.data.pipelines import pretraining_examples as examples
 from zoo.data.synthetic.documents import corpus_splits
 from zoo.data.tokenizers import base as tokenizers
 
@@ -37,11 +38,11 @@ def train_ids(corpus, tok):
 def instances(train_ids):
     # Three independent passes: ~3,000 pairs, enough for the label-balance tolerance below.
     return [inst for seed in range(3)
-            for inst in pt.create_instances(train_ids, np.random.default_rng(seed), L)]
+            for inst in examples.create_instances(train_ids, np.random.default_rng(seed), L)]
 
 
 def _mask(tok, ids, rng, prob=0.15, max_predictions=L, **kw):
-    return pt.mask_tokens(ids, rng, prob, max_predictions, vocab_size=tok.vocab_size,
+    return examples.mask_tokens(ids, rng, prob, max_predictions, vocab_size=tok.vocab_size,
                           special_ids=tok.special_ids, mask_id=tok.mask_id, **kw)
 
 
@@ -60,7 +61,7 @@ def test_masking_statistics_follow_bert(tok, instances):
     selected = maskable = 0
     halves = np.zeros((2, 2))  # [first/second half of the maskable tokens] x [selected, total]
     for inst in instances[:1000]:
-        row = pt.pair_features(inst, L, tok.cls_id, tok.sep_id)
+        row = examples.pair_features(inst, L, tok.cls_id, tok.sep_id)
         ids = row["input_ids"]
         out = _mask(tok, ids, rng)
         cand = np.flatnonzero(~_is_special(tok, ids))
@@ -101,7 +102,7 @@ def test_masking_statistics_follow_bert(tok, instances):
 def test_max_predictions_caps_the_count_and_pads_targets(tok, instances):
     rng = np.random.default_rng(1)
     for inst in instances[:50]:
-        ids = pt.pair_features(inst, L, tok.cls_id, tok.sep_id)["input_ids"]
+        ids = examples.pair_features(inst, L, tok.cls_id, tok.sep_id)["input_ids"]
         out = _mask(tok, ids, rng, max_predictions=3)
         n = int(np.sum(~_is_special(tok, ids)))
         assert out.masked_lm_positions.shape == (3,)
@@ -115,7 +116,7 @@ def test_random_replacements_are_uniform_over_non_special_ids():
     rng = np.random.default_rng(2)
     draws = []
     for _ in range(200):
-        out = pt.mask_tokens(ids, rng, 1.0, 200, vocab_size=vocab, special_ids=specials,
+        out = examples.mask_tokens(ids, rng, 1.0, 200, vocab_size=vocab, special_ids=specials,
                              mask_id=6)
         new = out.input_ids[1:-1]
         draws.append(new[(new != 6) & (new != 7)])
@@ -129,10 +130,10 @@ def test_random_replacements_are_uniform_over_non_special_ids():
 
 def test_whole_word_masking_takes_every_piece_of_a_word(tok, instances):
     rng = np.random.default_rng(3)
-    table = pt.word_start_table(tok)
+    table = examples.word_start_table(tok)
     multi_piece_words_masked = partial_words_without = 0
     for inst in instances[:300]:
-        ids = pt.pair_features(inst, L, tok.cls_id, tok.sep_id)["input_ids"]
+        ids = examples.pair_features(inst, L, tok.cls_id, tok.sep_id)["input_ids"]
         # Words as the test sees them: a '▁' piece and the pieces after it, up to a special.
         groups, current = [], []
         for p, i in enumerate(ids):
@@ -164,13 +165,13 @@ def test_whole_word_masking_takes_a_long_word_rather_than_nothing():
     ids = np.array([4, 10, 11, 12, 13, 14, 5], np.int32)
     starts = np.array([1, 1, 0, 1, 0, 0, 1], bool)
     for seed in range(20):
-        out = pt.mask_tokens(ids, np.random.default_rng(seed), 0.15, 3, vocab_size=20,
+        out = examples.mask_tokens(ids, np.random.default_rng(seed), 0.15, 3, vocab_size=20,
                              special_ids={0, 4, 5, 6}, mask_id=6, word_starts=starts,
                              whole_word=True)
         k = int(out.masked_lm_weights.sum())
         assert out.masked_lm_positions[:k].tolist() in ([1, 2], [3, 4, 5])
     # A word longer than P cannot be taken whole: no target rather than part of it.
-    out = pt.mask_tokens(ids, np.random.default_rng(0), 0.15, 1, vocab_size=20,
+    out = examples.mask_tokens(ids, np.random.default_rng(0), 0.15, 1, vocab_size=20,
                          special_ids={0, 4, 5, 6}, mask_id=6, word_starts=starts,
                          whole_word=True)
     assert out.masked_lm_weights.sum() == 0
@@ -216,7 +217,7 @@ def test_random_b_never_comes_from_the_own_document():
     docs = [[[10 * d + s] * 3 for s in range(4)] for d in range(3)] + [[]]  # + an empty one
     rng = np.random.default_rng(5)
     pairs = [(i.a_document, i.b_document) for seed in range(40)
-             for i in pt.create_instances(docs, rng, 16) if i.is_random_next]
+             for i in examples.create_instances(docs, rng, 16) if i.is_random_next]
     assert len(pairs) > 50
     assert all(a != b and b != 3 for a, b in pairs)
     assert {b for _, b in pairs} == {0, 1, 2}
@@ -224,7 +225,7 @@ def test_random_b_never_comes_from_the_own_document():
 
 def test_layout_token_types_and_lengths(tok, instances):
     for inst in instances[:500]:
-        row = pt.pair_features(inst, L, tok.cls_id, tok.sep_id)
+        row = examples.pair_features(inst, L, tok.cls_id, tok.sep_id)
         la, lb = len(inst.tokens_a), len(inst.tokens_b)
         n = la + lb + 3
         assert la >= 1 and lb >= 1 and n <= L
@@ -244,12 +245,12 @@ def test_truncation_fits_long_sentences_and_keeps_both_sides(tok):
     docs = [[list(range(10 + 100 * d + 10 * s, 10 + 100 * d + 10 * s + rng.integers(20, 40)))
              for s in range(4)] for d in range(6)]
     fronts = backs = 0
-    for inst in pt.create_instances(docs, rng, 16, short_seq_prob=0.0):
+    for inst in examples.create_instances(docs, rng, 16, short_seq_prob=0.0):
         assert 1 <= len(inst.tokens_a) and 1 <= len(inst.tokens_b)
         assert len(inst.tokens_a) + len(inst.tokens_b) <= 13
     for _ in range(200):
         a, b = np.arange(30), np.arange(100, 105)
-        ta, tb = pt.truncate_seq_pair(a, b, 12, rng)
+        ta, tb = examples.truncate_seq_pair(a, b, 12, rng)
         np.testing.assert_array_equal(tb, b)  # only the longer side loses tokens
         assert len(ta) == 7 and _is_slice(ta, a)
         fronts += ta[0] > 0
@@ -259,23 +260,23 @@ def test_truncation_fits_long_sentences_and_keeps_both_sides(tok):
 
 def test_clear_errors():
     with pytest.raises(ValueError, match="max_seq_length=7"):
-        pt.Settings(max_seq_length=7)
+        examples.Settings(max_seq_length=7)
     with pytest.raises(ValueError, match="max_predictions_per_seq=0"):
-        pt.Settings(max_predictions_per_seq=0)
+        examples.Settings(max_predictions_per_seq=0)
     with pytest.raises(ValueError, match="max_seq_length=4"):
-        pt.create_instances([[[7], [8]], [[9]]], np.random.default_rng(0), 4)
+        examples.create_instances([[[7], [8]], [[9]]], np.random.default_rng(0), 4)
     with pytest.raises(ValueError, match="config.data.train_files.*2 or more sentences"):
-        pt.create_instances([[[7, 8]], [[9]], [[10, 11]]], np.random.default_rng(0), 16,
+        examples.create_instances([[[7, 8]], [[9]], [[10, 11]]], np.random.default_rng(0), 16,
                             source="config.data.train_files")
     with pytest.raises(ValueError, match="word_starts"):
-        pt.mask_tokens(np.array([4, 7, 8, 5]), np.random.default_rng(0), vocab_size=10,
+        examples.mask_tokens(np.array([4, 7, 8, 5]), np.random.default_rng(0), vocab_size=10,
                        special_ids={0, 4, 5, 6}, mask_id=6, whole_word=True)
 
 
 # ---------------------------------------------------------------------------------------------
 # Cache and pipelines.
 
-SMALL = pt.Settings(max_seq_length=L, max_predictions_per_seq=10, dupe_factor=1, seed=7)
+SMALL = examples.Settings(max_seq_length=L, max_predictions_per_seq=10, dupe_factor=1, seed=7)
 
 
 def _arrays(source):
@@ -308,7 +309,7 @@ def test_cache_is_reused_keyed_and_checked(corpus, tok, tmp_path, monkeypatch):
     np.testing.assert_array_equal(w.sum(1), np.minimum(10, np.maximum(1, np.round(0.15 * n))))
 
     other = pt.prepare(docs, tok, str(tmp_path), "validation",
-                       pt.Settings(**{**SMALL.__dict__, "masked_lm_prob": 0.2}), num_shards=3)
+                       examples.Settings(**{**SMALL.__dict__, "masked_lm_prob": 0.2}), num_shards=3)
     tok2 = tokenizers.train_sentencepiece([s for d in corpus["train"] for s in d], 200)
     other_tok = pt.prepare(docs, tok2, str(tmp_path), "validation", SMALL, num_shards=3)
     assert len({first.path, other.path, other_tok.path}) == 3 and len(generated) == 3
@@ -345,7 +346,7 @@ def test_dupe_factor_adds_passes_with_new_pairs_and_masks(corpus, tok, tmp_path)
     docs = corpus["validation"]
     one = _arrays(pt.prepare(docs, tok, str(tmp_path), "v", SMALL))
     two = _arrays(pt.prepare(docs, tok, str(tmp_path), "v",
-                             pt.Settings(**{**SMALL.__dict__, "dupe_factor": 2})))
+                             examples.Settings(**{**SMALL.__dict__, "dupe_factor": 2})))
     n = len(one["input_ids"])
     # Pass 0 draws from the same rng either way; pass 1 is new data of about the same size.
     for k in one:
@@ -358,7 +359,7 @@ def test_dupe_factor_adds_passes_with_new_pairs_and_masks(corpus, tok, tmp_path)
 
 @pytest.fixture(scope="module")
 def dynamic_source(corpus, tok, tmp_path_factory):
-    settings = pt.Settings(**{**SMALL.__dict__, "dynamic_masking": True})
+    settings = examples.Settings(**{**SMALL.__dict__, "dynamic_masking": True})
     source = pt.prepare(corpus["validation"], tok, str(tmp_path_factory.mktemp("dyn")),
                         "validation", settings, num_shards=2)
     assert "masked_lm_ids" not in source[0]  # stored unmasked
@@ -389,8 +390,8 @@ def test_dynamic_masks_are_a_function_of_seed_epoch_and_index(dynamic_source):
         batch = next(it)
         for r in range(batch_size):
             epoch, i = (step * batch_size + r) // n, index_of[_unmasked(batch, r)]
-            expected = pt.mask_example(src[i], src.masking, src.word_starts,
-                                       pt.masking_rng(seed, epoch, i))
+            expected = examples.mask_example(src[i], src.masking, src.word_starts,
+                                       examples.masking_rng(seed, epoch, i))
             for k, v in expected.items():
                 np.testing.assert_array_equal(batch[k][r], v)
             seen[epoch, i] = batch["masked_lm_positions"][r]

@@ -1,28 +1,13 @@
-"""BERT pretraining data: sentence pairs for next-sentence prediction, masked-LM targets, an
-on-disk cache of prepared examples and grain pipelines over it.
+"""BERT pretraining data on disk: a cache of prepared examples and grain pipelines over it.
 
-Follows google-research/bert's create_pretraining_data.py (seeds 000/001: 15% of the tokens are
-predicted, of those 80% -> [MASK], 10% -> a random token, 10% unchanged; [CLS] A [SEP] B [SEP]
-with B the real continuation half of the time):
-
-  * documents are lists of tokenized sentences; sentences accumulate into a chunk up to a target
-    length (max_seq_length - 3, or with probability short_seq_prob a random shorter one), the
-    chunk splits at a random sentence boundary into A and B, and half the time B is replaced by
-    text from another document (the chunk's unused sentences are "put back" for the next chunk);
-  * the longer side loses a token at a random end until the pair fits.
-
-Deliberate differences from the reference:
-  * a one-sentence chunk that draws IsNext is paired with its neighbouring sentence (the next
-    one, else the previous one) instead of always getting a random B; the reference's rule makes
-    ~60% of the synthetic corpus's pairs NotNext, this keeps the labels at ~50%;
-  * a random B never comes from A's own document (the reference gives up after 10 tries);
-  * the masked count is round(masked_lm_prob * the number of maskable tokens) (the reference
-    also counts [CLS] and [SEP], which are never masked).
-
-Masking is either static (`dupe_factor` passes over the corpus, each with fresh pairs and masks,
-stored on disk as in the reference) or dynamic (pairs stored unmasked, masks drawn when a batch is
-built from an rng keyed by (seed, epoch, example index), so a restored iterator redraws the same
-masks and every epoch sees new ones).
+The examples themselves (NSP pairs, 80/10/10 masking, static or dynamic masks) are made by
+zoo.data.pipelines.pretraining_examples; this module decides where they live and reads them
+back. `prepare` keys a cache directory by everything that shapes the examples (the Settings,
+the shard count, the tokenizer and the corpus), generates the shards into a temporary directory
+and renames it into place; `PretrainingSource` memory-maps a cache for random access;
+`train_iterator` / `eval_batches` cut it into process-local batches, drawing dynamic masks
+from an rng keyed by (seed, epoch, example index), so a restored iterator redraws the same
+masks and every epoch sees new ones.
 """
 
 from __future__ import annotations
@@ -35,436 +20,34 @@ import os
 import shutil
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import NamedTuple
 
 import grain
 import numpy as np
 
 from zoo.data.pipelines.batching import local_batch_size
+from zoo.data.pipelines.pretraining_examples import (
+    MLM_FEATURES,
+    PAIR_FEATURES,
+    MaskingSpec,
+    Settings,
+    encode_documents,
+    feature_shapes,
+    mask_example,
+    masking_rng,
+    masking_spec,
+    shard_examples,
+    stored_features,
+    word_start_table,
+)
 from zoo.errors import ConfigError, DataError
 
 _FORMAT_VERSION = 1
-# Tags the dynamic-masking rng stream so it never coincides with another use of the same seed.
-_MASK_STREAM = 0x4D4C4D
 _MANIFEST = "manifest.json"
 _WORD_STARTS = "word_starts.npy"
 
-# Feature name -> (dtype, per-example shape in terms of L = max_seq_length, P = predictions).
-_PAIR_FEATURES = {
-    "input_ids": (np.int32, "L"),
-    "token_type_ids": (np.int32, "L"),
-    "attention_mask": (np.int32, "L"),
-    "next_sentence_labels": (np.int32, ""),
-}
-_MLM_FEATURES = {
-    "masked_lm_positions": (np.int32, "P"),
-    "masked_lm_ids": (np.int32, "P"),
-    "masked_lm_weights": (np.float32, "P"),
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """Everything that shapes the prepared examples (all of it goes into the cache key).
-
-    Attributes:
-      max_seq_length: L, the padded length of [CLS] A [SEP] B [SEP].
-      max_predictions_per_seq: P, the most masked-LM targets per example.
-      masked_lm_prob: fraction of the maskable tokens to predict.
-      short_seq_prob: chance a document's target length is a random one in [2, L - 3].
-      dupe_factor: passes over the corpus, each with new pairs (and, static, new masks); 10 as
-        in the reference.
-      whole_word: mask every piece of a word together (the tokenizer's `is_word_start`).
-      dynamic_masking: store pairs unmasked and mask them per (seed, epoch, index) when batching.
-      seed: drives pair creation and static masks.
-    """
-
-    max_seq_length: int = 128
-    max_predictions_per_seq: int = 20
-    masked_lm_prob: float = 0.15
-    short_seq_prob: float = 0.1
-    dupe_factor: int = 10
-    whole_word: bool = False
-    dynamic_masking: bool = False
-    seed: int = 12345
-
-    def __post_init__(self):
-        _check_max_seq_length(self.max_seq_length)
-        _check_max_predictions(self.max_predictions_per_seq)
-        if not 0.0 < self.masked_lm_prob <= 1.0:
-            raise ConfigError(f"masked_lm_prob={self.masked_lm_prob!r} must be in (0, 1]")
-        if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise ConfigError(f"short_seq_prob={self.short_seq_prob!r} must be in [0, 1]")
-        if not isinstance(self.dupe_factor, int) or self.dupe_factor < 1:
-            raise ConfigError(f"dupe_factor={self.dupe_factor!r} must be a positive int")
-
-
-def _check_max_seq_length(max_seq_length) -> None:
-    if not isinstance(max_seq_length, (int, np.integer)) or max_seq_length < 8:
-        raise ConfigError(
-            f"max_seq_length={max_seq_length!r} must be an int >= 8: [CLS] A [SEP] B [SEP] "
-            "needs room for two non-trivial segments"
-        )
-
-
-def _check_max_predictions(max_predictions_per_seq) -> None:
-    if not isinstance(max_predictions_per_seq, (int, np.integer)) or max_predictions_per_seq < 1:
-        raise ConfigError(
-            f"max_predictions_per_seq={max_predictions_per_seq!r} must be an int >= 1"
-        )
-
 
 # ---------------------------------------------------------------------------------------------
-# Sentence pairs.
-
-
-@dataclasses.dataclass(frozen=True)
-class Instance:
-    """One sentence pair before layout and masking.
-
-    `a_sentences` / `b_sentences` are [start, end) ranges over the non-empty sentences of
-    `a_document` / `b_document` that the (possibly truncated) segments were cut from; they make
-    the pairing checkable.
-    """
-
-    tokens_a: np.ndarray
-    tokens_b: np.ndarray
-    is_random_next: bool
-    a_document: int
-    a_sentences: tuple[int, int]
-    b_document: int
-    b_sentences: tuple[int, int]
-
-
-def create_instances(
-    documents: Sequence[Sequence[Sequence[int]]],
-    rng: np.random.Generator,
-    max_seq_length: int,
-    short_seq_prob: float = 0.1,
-    *,
-    document_indices: Sequence[int] | None = None,
-    source: str = "documents",
-) -> list[Instance]:
-    """Sentence pairs from each document, as BERT's create_instances_from_document.
-
-    Args:
-      documents: documents as lists of tokenized sentences (empty sentences are skipped).
-      rng: numpy Generator driving target lengths, split points, random B and truncation.
-      max_seq_length: L; every pair fits in L - 3 tokens.
-      short_seq_prob: chance a document uses a random target length in [2, L - 3].
-      document_indices: the documents to make pairs from (default: all); a random B may come
-        from any document.
-      source: names the corpus in error messages.
-
-    Returns:
-      Instances in document order; about half have `is_random_next` (label 1, NotNext).
-
-    Raises:
-      ValueError: if no document has two sentences or there are fewer than two documents,
-        which leaves next-sentence prediction without positive or negative pairs.
-    """
-    _check_max_seq_length(max_seq_length)
-    docs = _as_arrays(documents)
-    nonempty = _check_pairable(docs, source)
-    return _create(docs, nonempty, rng, max_seq_length, short_seq_prob,
-                   range(len(docs)) if document_indices is None else document_indices)
-
-
-def _as_arrays(documents) -> list[list[np.ndarray]]:
-    return [[np.asarray(s, np.int32) for s in doc if len(s)] for doc in documents]
-
-
-def _check_pairable(docs: list[list[np.ndarray]], source: str) -> np.ndarray:
-    """Sorted indices of the non-empty documents, after checking NSP can make pairs."""
-    nonempty = np.array([d for d, doc in enumerate(docs) if doc], np.int64)
-    if len(nonempty) < 2 or max(len(docs[d]) for d in nonempty) < 2:
-        raise DataError(
-            f"{source}: {len(nonempty)} non-empty documents, none with 2 or more sentences; "
-            "next-sentence prediction needs at least 2 documents and some of several sentences "
-            "(text format: one sentence per line, a blank line between documents)"
-        )
-    return nonempty
-
-
-def _create(docs, nonempty, rng, max_seq_length, short_seq_prob, indices) -> list[Instance]:
-    max_num_tokens = max_seq_length - 3  # room for [CLS], [SEP], [SEP]
-    instances = []
-    for d in indices:
-        if docs[d]:
-            instances.extend(_document_instances(docs, nonempty, d, rng, max_num_tokens,
-                                                 short_seq_prob))
-    return instances
-
-
-def _document_instances(docs, nonempty, d, rng, max_num_tokens, short_seq_prob):
-    document = docs[d]
-    # Usually fill the whole sequence (padding is wasted compute); sometimes go shorter so
-    # pretraining also sees the short inputs of fine-tuning. A rough target, not a limit.
-    target = max_num_tokens
-    if rng.random() < short_seq_prob:
-        target = int(rng.integers(2, max_num_tokens + 1))
-    # Splitting at sentence boundaries (not at an arbitrary token) keeps NSP from being trivial.
-    instances = []
-    start, length, i = 0, 0, 0
-    while i < len(document):
-        length += len(document[i])
-        if i == len(document) - 1 or length >= target:
-            first = start  # the chunk is sentences [first, i]
-            random_next = rng.random() < 0.5
-            if i == first and not random_next:
-                # A one-sentence chunk cannot be split; the reference then always takes a random
-                # B, which on short documents skews the labels (~60% NotNext on the synthetic
-                # corpus). Pair it with a neighbour instead, so the coin flip stays fair.
-                if i + 1 < len(document):
-                    i += 1
-                elif first > 0:
-                    first -= 1
-                else:
-                    random_next = True  # a one-sentence document has no continuation
-            chunk = i + 1 - first
-            a_end = first + (1 if chunk < 2 else int(rng.integers(1, chunk)))
-            tokens_a = np.concatenate(document[first:a_end])
-            if random_next:
-                r = _other_document(nonempty, d, rng)
-                other = docs[r]
-                b_start = int(rng.integers(len(other)))
-                b_end, b_len = b_start, 0
-                while b_end < len(other) and (b_end == b_start or b_len < target - len(tokens_a)):
-                    b_len += len(other[b_end])
-                    b_end += 1
-                tokens_b = np.concatenate(other[b_start:b_end])
-                b = (r, (b_start, b_end))
-                # The chunk's sentences after A were not used: put them back for the next chunk.
-                i = a_end - 1
-            else:
-                tokens_b = np.concatenate(document[a_end:i + 1])
-                b = (d, (a_end, i + 1))
-            tokens_a, tokens_b = truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
-            instances.append(Instance(tokens_a, tokens_b, random_next, d, (first, a_end), *b))
-            start, length = i + 1, 0
-        i += 1
-    return instances
-
-
-def _other_document(nonempty: np.ndarray, d: int, rng: np.random.Generator) -> int:
-    """A uniformly drawn non-empty document other than d (never d itself)."""
-    j = int(rng.integers(len(nonempty) - 1))
-    own = int(np.searchsorted(nonempty, d))  # d's place among the non-empty documents
-    return int(nonempty[j + (j >= own)])
-
-
-def truncate_seq_pair(tokens_a: np.ndarray, tokens_b: np.ndarray, max_num_tokens: int,
-                      rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Drops a token from the front or back (at random) of the longer side until both fit.
-
-    Removing from either end avoids biasing pairs towards their beginnings; taking from the
-    longer side keeps both sides non-empty whenever max_num_tokens >= 2.
-    """
-    a0, a1, b0, b1 = 0, len(tokens_a), 0, len(tokens_b)
-    excess = a1 + b1 - max_num_tokens
-    if excess > 0:
-        front = rng.random(excess) < 0.5
-        for f in front:
-            if a1 - a0 >= b1 - b0:
-                a0, a1 = (a0 + 1, a1) if f else (a0, a1 - 1)
-            else:
-                b0, b1 = (b0 + 1, b1) if f else (b0, b1 - 1)
-    return tokens_a[a0:a1], tokens_b[b0:b1]
-
-
-def pair_features(instance: Instance, max_seq_length: int, cls_id: int, sep_id: int,
-                  pad_id: int = 0) -> dict[str, np.ndarray]:
-    """[CLS] A [SEP] B [SEP] padded to L: input_ids, token_type_ids (0 for [CLS] A [SEP], 1 for
-    B [SEP]), attention_mask (1 real) and next_sentence_labels (0 IsNext, 1 NotNext)."""
-    la, lb = len(instance.tokens_a), len(instance.tokens_b)
-    n = la + lb + 3
-    if n > max_seq_length:
-        raise ValueError(f"instance of {n} tokens exceeds max_seq_length={max_seq_length}")
-    input_ids = np.full(max_seq_length, pad_id, np.int32)
-    input_ids[:n] = np.concatenate(
-        [[cls_id], instance.tokens_a, [sep_id], instance.tokens_b, [sep_id]])
-    token_type_ids = np.zeros(max_seq_length, np.int32)
-    token_type_ids[la + 2:n] = 1
-    attention_mask = np.zeros(max_seq_length, np.int32)
-    attention_mask[:n] = 1
-    return {
-        "input_ids": input_ids,
-        "token_type_ids": token_type_ids,
-        "attention_mask": attention_mask,
-        "next_sentence_labels": np.int32(instance.is_random_next),
-    }
-
-
-# ---------------------------------------------------------------------------------------------
-# Masking.
-
-
-class MaskedLM(NamedTuple):
-    """Masked inputs [L] and P-padded targets (positions sorted, weights 1 real / 0 padding)."""
-
-    input_ids: np.ndarray
-    masked_lm_positions: np.ndarray
-    masked_lm_ids: np.ndarray
-    masked_lm_weights: np.ndarray
-
-
-def mask_tokens(
-    ids: np.ndarray,
-    rng: np.random.Generator,
-    masked_lm_prob: float = 0.15,
-    max_predictions_per_seq: int = 20,
-    *,
-    vocab_size: int,
-    special_ids,
-    mask_id: int,
-    word_starts: np.ndarray | None = None,
-    whole_word: bool = False,
-) -> MaskedLM:
-    """BERT's masked-LM corruption of one (possibly padded) sequence.
-
-    min(max_predictions_per_seq, max(1, round(masked_lm_prob * n))) of the n maskable tokens
-    (all but `special_ids`: [CLS], [SEP], padding, ...) are chosen for prediction; each chosen
-    token becomes [MASK] with probability 0.8, a token drawn uniformly from the non-special
-    vocabulary with probability 0.1, and stays unchanged otherwise.
-
-    Args:
-      ids: int token ids [L].
-      rng: numpy Generator.
-      masked_lm_prob: fraction of maskable tokens to predict.
-      max_predictions_per_seq: P, the length the targets are padded to.
-      vocab_size: ids are < vocab_size; random replacements are drawn below it.
-      special_ids: ids never chosen and never drawn as replacements.
-      mask_id: the [MASK] id.
-      word_starts: bool [L], True where a token begins a word (needed for whole_word).
-      whole_word: choose whole words: a word start and the continuation pieces after it are
-        predicted together or not at all. A word that would overshoot the count is skipped,
-        unless nothing else fits: then one word of at most P pieces is taken whole.
-
-    Returns:
-      MaskedLM with int32 input_ids [L], masked_lm_positions [P], masked_lm_ids [P] (the
-      original ids) and float32 masked_lm_weights [P].
-    """
-    _check_max_predictions(max_predictions_per_seq)
-    ids = np.asarray(ids, np.int32)
-    specials = sorted({int(s) for s in special_ids})
-    maskable = np.ones(ids.shape, bool)
-    for s in specials:  # a handful of compares beats np.isin's sort on short rows
-        maskable &= ids != s
-    candidates = np.flatnonzero(maskable)
-    n = len(candidates)
-    num_to_predict = min(max_predictions_per_seq, max(1, round(n * masked_lm_prob)))
-    if n == 0:
-        chosen = candidates
-    elif whole_word:
-        if word_starts is None:
-            raise ValueError("mask_tokens(whole_word=True) needs word_starts (bool [L])")
-        chosen = _choose_words(candidates, np.asarray(word_starts, bool), num_to_predict,
-                               max_predictions_per_seq, rng)
-    else:
-        chosen = np.sort(rng.permutation(candidates)[:num_to_predict])
-    k = len(chosen)
-    u = rng.random(k)
-    replaced = ids.copy()
-    masked = u < 0.8
-    random = u >= 0.9  # [0.8, 0.9) keeps the original token
-    replaced[chosen[masked]] = mask_id
-    replaced[chosen[random]] = _random_non_special(rng, int(random.sum()), vocab_size, specials)
-
-    positions = np.zeros(max_predictions_per_seq, np.int32)
-    labels = np.zeros(max_predictions_per_seq, np.int32)
-    weights = np.zeros(max_predictions_per_seq, np.float32)
-    positions[:k], labels[:k], weights[:k] = chosen, ids[chosen], 1.0
-    return MaskedLM(replaced, positions, labels, weights)
-
-
-def _choose_words(candidates, word_starts, num_to_predict, max_predictions, rng) -> np.ndarray:
-    # A group starts at a word start or wherever the maskable run breaks (after [SEP] etc.), so
-    # a continuation piece is never glued to a word across a special token.
-    starts = word_starts[candidates] | (np.diff(candidates, prepend=-2) != 1)
-    bounds = np.append(np.flatnonzero(starts), len(candidates))
-    chosen, count, fallback = [], 0, None
-    for g in rng.permutation(len(bounds) - 1):
-        if count >= num_to_predict:
-            break
-        group = candidates[bounds[g]:bounds[g + 1]]
-        if count + len(group) > num_to_predict:
-            # As the reference, skip a word that would overshoot; remember the first one that
-            # fits in P, so a row of long words still gets a target instead of none.
-            if fallback is None and len(group) <= max_predictions:
-                fallback = group
-            continue
-        chosen.append(group)
-        count += len(group)
-    if not chosen:
-        chosen = [] if fallback is None else [fallback]
-    return np.sort(np.concatenate(chosen)) if chosen else candidates[:0]
-
-
-def _random_non_special(rng, k, vocab_size, specials) -> np.ndarray:
-    """k ids uniform over [0, vocab_size) minus the specials, without a vocabulary-size table."""
-    specials = [s for s in specials if s < vocab_size]
-    if vocab_size - len(specials) < 1:
-        raise ConfigError(f"vocab_size={vocab_size} leaves no non-special token to sample")
-    x = rng.integers(vocab_size - len(specials), size=k)
-    # The x-th non-special id is x + #{specials at or below it}; with the ascending specials s_j
-    # that count is #{j : s_j - j <= x}.
-    return (x + np.searchsorted(np.subtract(specials, np.arange(len(specials))), x,
-                                side="right")).astype(np.int32)
-
-
-@dataclasses.dataclass(frozen=True)
-class MaskingSpec:
-    """What masking needs besides an rng, as stored in a cache manifest."""
-
-    masked_lm_prob: float
-    max_predictions_per_seq: int
-    vocab_size: int
-    mask_id: int
-    special_ids: tuple[int, ...]
-    whole_word: bool
-
-
-def mask_example(row: dict[str, np.ndarray], spec: MaskingSpec, word_start_table: np.ndarray,
-                 rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Adds masked-LM features to an unmasked pair row (input_ids replaced by masked ones)."""
-    ids = row["input_ids"]
-    out = mask_tokens(
-        ids, rng, spec.masked_lm_prob, spec.max_predictions_per_seq,
-        vocab_size=spec.vocab_size, special_ids=spec.special_ids, mask_id=spec.mask_id,
-        word_starts=word_start_table[ids] if spec.whole_word else None,
-        whole_word=spec.whole_word,
-    )
-    return {**row, **out._asdict()}
-
-
-def masking_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
-    """The dynamic-masking rng of example `index` in `epoch`: a pure function of its key."""
-    return np.random.default_rng([int(seed), int(epoch), int(index), _MASK_STREAM])
-
-
-# ---------------------------------------------------------------------------------------------
-# Tokenizing and fingerprints.
-
-
-def _encode_all(tokenizer, documents: Sequence[Sequence[str]], chunk: int = 4096):
-    """Token-id arrays per sentence per document, through encode_batch where it exists."""
-    flat = [s for doc in documents for s in doc]
-    encode_batch = getattr(tokenizer, "encode_batch", None)
-    ids = []
-    for i in range(0, len(flat), chunk):
-        texts = flat[i:i + chunk]
-        ids.extend(encode_batch(texts) if encode_batch else [tokenizer.encode(t) for t in texts])
-    out, k = [], 0
-    for doc in documents:
-        out.append([np.asarray(x, np.int32) for x in ids[k:k + len(doc)]])
-        k += len(doc)
-    return out
-
-
-def word_start_table(tokenizer) -> np.ndarray:
-    """bool [vocab_size]: tokenizer.is_word_start(id) for every id (special ids included)."""
-    return np.array([bool(tokenizer.is_word_start(i)) for i in range(tokenizer.vocab_size)],
-                    dtype=bool)
+# Cache keys.
 
 
 def corpus_fingerprint(documents: Sequence[Sequence[str]]) -> str:
@@ -584,55 +167,27 @@ def prepare(
 
 def _generate(documents, tokenizer, out_dir, settings: Settings, num_shards: int,
               source: str) -> dict:
-    docs = _as_arrays(_encode_all(tokenizer, documents))
-    nonempty = _check_pairable(docs, source)
+    docs = encode_documents(tokenizer, documents, source)
     table = word_start_table(tokenizer)
     np.save(os.path.join(out_dir, _WORD_STARTS), table)
-    spec = MaskingSpec(
-        settings.masked_lm_prob, settings.max_predictions_per_seq, int(tokenizer.vocab_size),
-        int(tokenizer.mask_id), tuple(sorted(int(i) for i in tokenizer.special_ids)),
-        settings.whole_word,
-    )
-    names = dict(_PAIR_FEATURES)
-    if not settings.dynamic_masking:
-        names.update(_MLM_FEATURES)
-    bounds = np.linspace(0, len(docs), num_shards + 1).astype(int)
     shards, is_next = [], 0
     for shard in range(num_shards):
-        rows = {k: [] for k in names}
-        for dupe in range(settings.dupe_factor):
-            rng = np.random.default_rng([settings.seed, shard, dupe])
-            instances = _create(docs, nonempty, rng, settings.max_seq_length,
-                                settings.short_seq_prob, range(bounds[shard], bounds[shard + 1]))
-            for inst in instances:
-                row = pair_features(inst, settings.max_seq_length, tokenizer.cls_id,
-                                    tokenizer.sep_id, tokenizer.pad_id)
-                if not settings.dynamic_masking:
-                    row = mask_example(row, spec, table, rng)
-                for k in names:
-                    rows[k].append(row[k])
-        shape = _shapes(settings)
-        for k, (dtype, dims) in names.items():
-            arr = (np.stack(rows[k]).astype(dtype) if rows[k]
-                   else np.zeros((0, *shape[dims]), dtype))
+        arrays = shard_examples(docs, settings, shard, num_shards, tokenizer, table, source)
+        for k, arr in arrays.items():
             np.save(os.path.join(out_dir, _shard_file(k, shard)), arr)
-        shards.append(len(rows["input_ids"]))
-        is_next += len(rows["input_ids"]) - int(sum(rows["next_sentence_labels"]))
+        shards.append(len(arrays["input_ids"]))
+        is_next += len(arrays["input_ids"]) - int(arrays["next_sentence_labels"].sum())
     return {
         "format": _FORMAT_VERSION,
         "source": source,
         "settings": dataclasses.asdict(settings),
-        "masking": dataclasses.asdict(spec),
+        "masking": dataclasses.asdict(masking_spec(settings, tokenizer)),
         "pad_id": int(tokenizer.pad_id),
-        "features": sorted(names),
+        "features": sorted(stored_features(settings)),
         "shard_rows": shards,
         "num_examples": int(sum(shards)),
         "num_is_next": int(is_next),
     }
-
-
-def _shapes(settings: Settings) -> dict[str, tuple[int, ...]]:
-    return {"L": (settings.max_seq_length,), "P": (settings.max_predictions_per_seq,), "": ()}
 
 
 def _shard_file(feature: str, shard: int) -> str:
@@ -662,8 +217,8 @@ class PretrainingSource:
             raise _corrupt(path, f"unreadable manifest {manifest_path}: {e}") from None
         self.settings = settings
         self.dynamic = settings.dynamic_masking
-        shapes = _shapes(settings)
-        feature_dims = {**_PAIR_FEATURES, **_MLM_FEATURES}
+        shapes = feature_shapes(settings)
+        feature_dims = {**PAIR_FEATURES, **MLM_FEATURES}
         self._arrays: list[dict[str, np.ndarray]] = []
         for shard, rows in enumerate(shard_rows):
             arrays = {}
