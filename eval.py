@@ -1,6 +1,6 @@
 """Evaluates a trained workdir: python eval.py --config=configs/gpt.py:size=tiny --workdir=/tmp/gpt"""
 
-from zoo import cli, evaluate, pipeline
+from zoo.commands import cli, evaluate, pipeline
 
 
 def main(config, workdir):

@@ -1,8 +1,8 @@
 """Trains any zoo job: python train.py --config=configs/gpt.py:size=tiny --workdir=/tmp/gpt
 
-A config with `stages` (configs/quickstart.py) trains each stage in turn (zoo.pipeline)."""
+A config with `stages` (configs/quickstart.py) trains each stage in turn (zoo.commands.pipeline)."""
 
-from zoo import cli, pipeline
+from zoo.commands import cli, pipeline
 from zoo.train import loop
 
 

@@ -1,6 +1,6 @@
 """word2vec with negative sampling. `--config=configs/word2vec.py:size=tiny` trains on the
 synthetic corpus offline in well under a minute on a CPU; query the vectors with
-`python -m zoo.word2vec_query --config=configs/word2vec.py:size=tiny --workdir=DIR ...`.
+`python -m zoo.commands.word2vec_query --config=configs/word2vec.py:size=tiny --workdir=DIR ...`.
 
 Variants: size = tiny | base (300-d vectors, the C tool's defaults for a real corpus such as a
 TFDS one: config.data.source='tfds'); mode = skipgram | cbow.

@@ -1,4 +1,4 @@
-"""zoo.attention_maps: the sow_weights passthrough of BERT and GPT (same outputs, one [B, H, T, T]
+"""zoo.commands.attention_maps: the sow_weights passthrough of BERT and GPT (same outputs, one [B, H, T, T]
 map per layer, scanned or not); BERT maps equal a float64 numpy encoder's attention in every
 layer, labelled with the tokenizer's pieces; GPT maps are causal; translation maps have the
 documented shapes, labels and causality, and follow the greedy translation when no target is
@@ -24,7 +24,7 @@ from PIL import Image
 from configs import gpt_classify as gpt_classify_config
 from configs import rnn_translate as rnn_translate_config
 from configs import translate as translate_config
-from zoo import attention_maps as am
+from zoo.commands import attention_maps as am
 from zoo import decoding
 from zoo.data.synthetic import translation as synthetic_translation
 from zoo.data.tokenizers import base as tokenizers
@@ -452,11 +452,11 @@ def test_command_errors(tmp_path):
     with pytest.raises(ValueError, match="not both"):
         am.main(["x", config_flag, f"--workdir={empty}", f"--pretrained={empty}", "--text=hi"])
     # As a user runs it: one line saying what is wrong, no traceback.
-    proc = subprocess.run([sys.executable, "-m", "zoo.attention_maps", config_flag,
+    proc = subprocess.run([sys.executable, "-m", "zoo.commands.attention_maps", config_flag,
                            f"--workdir={missing}", "--text=hi"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 1
-    assert proc.stderr.strip().splitlines()[-1].startswith("zoo.attention_maps: --workdir=")
+    assert proc.stderr.strip().splitlines()[-1].startswith("zoo.commands.attention_maps: --workdir=")
     assert "Traceback" not in proc.stderr
 
 
@@ -616,12 +616,12 @@ def test_command_refuses_jobs_without_attention_before_reading_the_workdir(tmp_p
 
 def test_command_without_attention_is_one_line_and_exit_status_1(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "zoo.attention_maps", "--config=configs/elmo.py:size=tiny",
+        [sys.executable, "-m", "zoo.commands.attention_maps", "--config=configs/elmo.py:size=tiny",
          f"--workdir={tmp_path}", "--text=The animal didn't cross the street"],
         cwd=ROOT, env=_one_device_env(), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines()[-1].startswith(
-        "zoo.attention_maps: --config=configs/elmo.py:size=tiny: no attention maps for ELMo's "
+        "zoo.commands.attention_maps: --config=configs/elmo.py:size=tiny: no attention maps for ELMo's "
         "biLM (two LSTM language models, no attention); attention maps come from Transformer "
         "translation (configs/translate.py)")
 
@@ -706,7 +706,7 @@ def test_command_on_a_transformer_translation_workdir_end_to_end(tmp_path):
     loop.run(_short_run(translate_config.get_config("size=tiny"), **data), str(workdir),
              devices=ONE_DEVICE)
     proc = subprocess.run(
-        [sys.executable, "-m", "zoo.attention_maps", "--config=configs/translate.py:size=tiny",
+        [sys.executable, "-m", "zoo.commands.attention_maps", "--config=configs/translate.py:size=tiny",
          f"--workdir={workdir}", "--text=一加三", f"--out={out}", "--layers=0", "--heads=0",
          *(f"--config.data.{k}={v}" for k, v in data.items())],
         cwd=ROOT, env=_one_device_env(), capture_output=True, text=True, timeout=300)

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from configs import classify as classify_config
-from zoo import evaluate, hf
+from zoo import hf
+from zoo.commands import evaluate
 from zoo.data.synthetic import classification as synthetic_classification
 from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer

@@ -1,5 +1,6 @@
-"""User errors reach the terminal as their message alone (zoo.errors.reported, zoo.cli): no
-traceback, exit status 1; ZOO_DEBUG=1 shows the traceback; any other error keeps it."""
+"""User errors reach the terminal as their message alone (zoo.errors.reported,
+zoo.commands.cli): no traceback, exit status 1; ZOO_DEBUG=1 shows the traceback; any other error
+keeps it."""
 
 import json
 import os
@@ -11,7 +12,8 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
-from zoo import cli, errors
+from zoo import errors
+from zoo.commands import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -161,8 +163,8 @@ def commands(tmp_path_factory):
             f"--workdir={root / 'squad_run'}"],
         "mesh_too_big": ["train.py", gpt, "--config.mesh.tensor=3",
                          f"--workdir={root / 'mesh_run'}"],
-        "attention_maps_bad_flag": ["-m", "zoo.attention_maps", gpt, "--workdir=nowhere",
-                                    "--text=hi", "--layer=0"],
+        "attention_maps_bad_flag": ["-m", "zoo.commands.attention_maps", gpt,
+                                    "--workdir=nowhere", "--text=hi", "--layer=0"],
         "eval_empty_workdir_debug": ["eval.py", gpt, f"--workdir={root / 'empty_debug'}"],
         "user_error": ["-c", _RAISE.format(
             repo=REPO, statement="raise errors.ConfigError('config.x must be 1')")],
@@ -188,7 +190,8 @@ def commands(tmp_path_factory):
     ("mesh_too_big",
      r"^error: mesh: 1 devices cannot be split as data/fsdp/tensor = \[-1, 1, 3\]; set "
      r"config\.mesh\.data/fsdp/tensor"),
-    ("attention_maps_bad_flag", r"^zoo\.attention_maps: Unknown command line flag 'layer'"),
+    ("attention_maps_bad_flag",
+     r"^zoo\.commands\.attention_maps: Unknown command line flag 'layer'"),
     ("user_error", r"^error: config\.x must be 1$"),
 ])
 def test_a_user_error_is_one_message_on_the_command_line(commands, case, message):

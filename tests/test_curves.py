@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from zoo import curves
+from zoo.commands import curves
 
 
 def _write(path, records, tail=""):

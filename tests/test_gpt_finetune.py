@@ -8,7 +8,8 @@ import pytest
 
 from configs import gpt as gpt_config
 from configs import gpt_classify
-from zoo import evaluate, tasks
+from zoo import tasks
+from zoo.commands import evaluate
 from zoo.data.synthetic import classification as synthetic_classification
 from zoo.data.tokenizers import base as tokenizers
 from zoo.train import loop

@@ -1,4 +1,4 @@
-"""zoo.pipeline: stages run in order, each from the previous one's params, and a stage that
+"""zoo.commands.pipeline: stages run in order, each from the previous one's params, and a stage that
 stopped early (preemption) never hands unfinished params to the next."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import ml_collections
 import pytest
 
-from zoo import pipeline
+from zoo.commands import pipeline
 from zoo.train import loop
 
 

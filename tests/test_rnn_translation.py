@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from configs import rnn_translate
-from zoo import evaluate
+from zoo.commands import evaluate
 from zoo.data.synthetic import translation as synthetic_translation
 from zoo.eval import bleu
 from zoo.models import seq2seq

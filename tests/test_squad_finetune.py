@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from configs import squad as squad_config
-from zoo import evaluate
+from zoo.commands import evaluate
 from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer
 

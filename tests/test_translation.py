@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from configs import translate as translate_config
-from zoo import evaluate
+from zoo.commands import evaluate
 from zoo.data.readers import parallel
 from zoo.data.synthetic import translation as synthetic_translation
 from zoo.eval import bleu
@@ -149,7 +149,7 @@ def test_tiny_synthetic_task_reaches_bleu_90_from_the_command_line(tmp_path):
                             ("二十三减四十五",
                              "twenty-three minus forty-five equals negative twenty-two")):
         maps = subprocess.run(
-            [sys.executable, "-m", "zoo.attention_maps", "--config=configs/translate.py",
+            [sys.executable, "-m", "zoo.commands.attention_maps", "--config=configs/translate.py",
              f"--workdir={workdir}", f"--text={source}", f"--out={tmp_path / 'maps'}"],
             cwd=root, env=env, capture_output=True, text=True, timeout=600)
         assert maps.returncode == 0, maps.stderr[-3000:]

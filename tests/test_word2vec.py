@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from configs import word2vec as word2vec_config
-from zoo import word2vec_query
+from zoo.commands import word2vec_query
 from zoo.data.synthetic.world import make_world
 from zoo.tasks import word2vec as w2v_task
 
@@ -175,7 +175,7 @@ def test_query_errors_name_the_problem(skipgram, tmp_path):
 
 
 def test_eval_reproduces_the_final_summary(skipgram):
-    from zoo import evaluate
+    from zoo.commands import evaluate
 
     config, workdir, _ = skipgram
     result = evaluate.run(config, workdir, devices=ONE_DEVICE)

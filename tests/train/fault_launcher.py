@@ -25,7 +25,7 @@ from absl import flags
 from orbax.checkpoint._src.path import atomicity
 
 import train
-from zoo import cli
+from zoo.commands import cli
 
 HANG_MARKER = "fault_hanging"
 # Tiny GPT checkpoints have array files of several hundred KiB; 200 steps of metrics.jsonl

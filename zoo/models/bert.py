@@ -234,7 +234,8 @@ class BertModel(nn.Module):
           positions: [B, T] int position ids; None = 0 .. T-1.
           deterministic: no dropout when True (otherwise needs a 'dropout' rng).
           sow_weights: store every layer's attention weights [B, heads, T, T] in
-            'intermediates' (apply with mutable=['intermediates']; zoo.attention_maps reads them).
+            'intermediates' (apply with mutable=['intermediates'];
+            zoo.commands.attention_maps reads them).
 
         Returns:
           (sequence_output [B, T, H], pooled [B, H]), both in config.dtype. Outputs at padding

@@ -1,5 +1,6 @@
 """word2vec (CBOW / skip-gram with negative sampling) on a text corpus; the kept `embedding`
-table is the product (seed 001), queried and exported by `python -m zoo.word2vec_query`.
+table is the product (seed 001), queried and exported by
+`python -m zoo.commands.word2vec_query`.
 
 Eval reports the negative-sampling loss on held-out pairs (drawn from the validation split as
 training draws its pairs) and, on the synthetic world, a neighbour purity: for each entity word

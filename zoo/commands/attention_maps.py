@@ -33,16 +33,17 @@ ELMo (configs/elmo.py), the NNLM (nnlm.py), word2vec (word2vec.py), the RNN lang
 have no attention maps: the command says so in one line, before reading any checkpoint.
 
 The weights are what the model computed: rows are softmax distributions over the keys a query
-may see (attention dropout is off: deterministic forward). Drawing is zoo.attention_plot's.
+may see (attention dropout is off: deterministic forward). Drawing is
+zoo.commands.attention_plot's.
 
 Command line (one PNG per kind under --out, their paths printed):
 
-    python -m zoo.attention_maps --config=configs/gpt.py:size=tiny --workdir=/tmp/gpt \\
+    python -m zoo.commands.attention_maps --config=configs/gpt.py:size=tiny --workdir=/tmp/gpt \\
         --text="The animal didn't cross the street because it was too tired"
-    python -m zoo.attention_maps --config=configs/rnn_translate.py:attention=general \\
+    python -m zoo.commands.attention_maps --config=configs/rnn_translate.py:attention=general \\
         --workdir=/tmp/s2s --text="二十三减四十五"
-    python -m zoo.attention_maps --pretrained=bert-base-uncased/ --text="..." --text_b="..." \\
-        --out=/tmp/maps --layers=10,11 --heads=0,1,2
+    python -m zoo.commands.attention_maps --pretrained=bert-base-uncased/ --text="..." \\
+        --text_b="..." --out=/tmp/maps --layers=10,11 --heads=0,1,2
 """
 
 import dataclasses
@@ -56,7 +57,7 @@ import jax
 import numpy as np
 
 from zoo import decoding, errors
-from zoo.attention_plot import draw
+from zoo.commands.attention_plot import draw
 from zoo.errors import ConfigError, MissingFileError
 from zoo.models import bert, gpt, gpt_classifier, seq2seq, transformer
 
@@ -447,7 +448,7 @@ def _flags(argv: Sequence[str]):
     from absl import flags
     from ml_collections import config_flags
 
-    from zoo import cli
+    from zoo.commands import cli
 
     fv = flags.FlagValues()
     config_flags.DEFINE_config_file(
@@ -531,8 +532,9 @@ def _translation(model: nn.Module, all_maps: list[AttentionMaps], tokenizer: Any
 
 
 def main(argv: Sequence[str]) -> list[str]:
-    """`python -m zoo.attention_maps ...`: writes <out>/<kind>.png for each attention kind the
-    model has, prints and returns their paths (see the module docstring for the flags)."""
+    """`python -m zoo.commands.attention_maps ...`: writes <out>/<kind>.png for each attention
+    kind the model has, prints and returns their paths (see the module docstring for the
+    flags)."""
     from ml_collections import config_flags
 
     fv = _flags(argv)
@@ -576,5 +578,5 @@ if __name__ == "__main__":
     from absl import logging
 
     logging.set_verbosity(logging.WARNING)  # orbax logs every restore at INFO
-    with errors.reported("zoo.attention_maps"):
+    with errors.reported("zoo.commands.attention_maps"):
         main(sys.argv)

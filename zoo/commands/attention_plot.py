@@ -1,5 +1,5 @@
-"""Drawing zoo.attention_maps' heat maps: one PNG per attention kind, a grid of layers (rows) x
-heads (columns), each panel query (rows) x key (columns) with the tokens on both axes.
+"""Drawing zoo.commands.attention_maps' heat maps: one PNG per attention kind, a grid of layers
+(rows) x heads (columns), each panel query (rows) x key (columns) with the tokens on both axes.
 
 Kept apart from the extraction so that reading weights out of a model never imports matplotlib,
 and so the font handling (CJK sources need a fallback font) lives in one place.
@@ -65,8 +65,9 @@ def draw(maps: Any, path: str, *, layers: Sequence[int] | None = None,
     'Heads' (the indices drawn, comma-separated) and 'Panels' (their count).
 
     Args:
-      maps: what to draw (a zoo.attention_maps.AttentionMaps: weights [L, H, q, k], the tokens,
-        title, row_label / column_label, and per_head: whether to name layers and heads).
+      maps: what to draw (a zoo.commands.attention_maps.AttentionMaps: weights [L, H, q, k],
+        the tokens, title, row_label / column_label, and per_head: whether to name layers and
+        heads).
       path: the PNG to write (its directory is created).
       layers, heads: indices to draw (default all).
 

@@ -1,10 +1,10 @@
 """Queries and export of a trained word2vec run's vectors: the kept `embedding` table (seed 001:
 the Context matrix is discarded after training and appears nowhere here).
 
-    python -m zoo.word2vec_query --config=configs/word2vec.py:size=tiny --workdir=/tmp/w2v \\
-        --neighbours=braikousk,vanomese [--k=10]
-    python -m zoo.word2vec_query ... --analogy=vanomistan,vanomese,poria   # b - a + c: "?"
-    python -m zoo.word2vec_query ... --export=vectors.txt [--binary]
+    python -m zoo.commands.word2vec_query --config=configs/word2vec.py:size=tiny \\
+        --workdir=/tmp/w2v --neighbours=braikousk,vanomese [--k=10]
+    python -m zoo.commands.word2vec_query ... --analogy=vanomistan,vanomese,poria   # b - a + c: "?"
+    python -m zoo.commands.word2vec_query ... --export=vectors.txt [--binary]
 
 * Nearest neighbours: the k words of highest cosine similarity, the word itself left out.
 * Analogy a,b,c ("a is to b as c is to ?", the C tool's word-analogy): the words nearest to
@@ -143,7 +143,7 @@ def _flags(argv: Sequence[str]):
     from absl import flags
     from ml_collections import config_flags
 
-    from zoo import cli
+    from zoo.commands import cli
 
     fv = flags.FlagValues()
     config_flags.DEFINE_config_file(
@@ -164,8 +164,8 @@ def _flags(argv: Sequence[str]):
 
 
 def main(argv: Sequence[str]) -> dict:
-    """`python -m zoo.word2vec_query ...`: prints the answers; returns {'neighbours': {word:
-    [(word, sim)]}, 'analogy': [(word, sim)], 'export': path} for what was asked."""
+    """`python -m zoo.commands.word2vec_query ...`: prints the answers; returns {'neighbours':
+    {word: [(word, sim)]}, 'analogy': [(word, sim)], 'export': path} for what was asked."""
     fv = _flags(argv)
     if fv.config is None or not fv.workdir:
         raise ConfigError("give the trained run: --config=configs/word2vec.py[:variant] "
@@ -206,5 +206,5 @@ if __name__ == "__main__":
     from absl import logging
 
     logging.set_verbosity(logging.WARNING)  # orbax logs every restore at INFO
-    with errors.reported("zoo.word2vec_query"):
+    with errors.reported("zoo.commands.word2vec_query"):
         main(sys.argv)

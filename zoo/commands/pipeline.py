@@ -13,7 +13,7 @@ import os
 import jax
 import ml_collections
 
-from zoo import curves, evaluate
+from zoo.commands import curves, evaluate
 from zoo.errors import ConfigError
 from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer
