@@ -109,13 +109,13 @@ def tiny_pretrained_bert(tmp_path_factory):
     (`cache`: the tokenizer fine-tuning tests share): the start of every fine-tuning test."""
     import jax  # after XLA_FLAGS
 
-    from zoo.train import loop
+    from zoo.commands import jobs
 
     root = tmp_path_factory.mktemp("pretrained")
     config = bert_pretrain.get_config("size=tiny")
     config.data.update(synthetic_entities=100, vocab_size=512, seq_len=64,
                        cache_dir=str(root / "cache"), dupe_factor=1)
     config.train.update(steps=4, eval_every=4, log_every=2, tensorboard=False)
-    loop.run(config, str(root / "pretrain"), devices=jax.devices()[:1])  # not about sharding
+    jobs.train(config, str(root / "pretrain"), devices=jax.devices()[:1])  # not about sharding
     return root
 

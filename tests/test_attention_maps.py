@@ -24,14 +24,14 @@ from PIL import Image
 from configs import gpt_classify as gpt_classify_config
 from configs import rnn_translate as rnn_translate_config
 from configs import translate as translate_config
-from zoo.commands import attention_maps as am
 from zoo import decoding
+from zoo.commands import attention_maps as am
+from zoo.commands import jobs
 from zoo.data.synthetic import translation as synthetic_translation
 from zoo.data.tokenizers import base as tokenizers
 from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 from zoo.errors import ConfigError
 from zoo.models import bert, elmo, gpt, gpt_classifier, nnlm, rnnlm, seq2seq, transformer, word2vec
-from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer
 
 # One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),
@@ -367,7 +367,7 @@ def test_command_on_a_trained_gpt_workdir(tiny_lm_config, tmp_path, monkeypatch,
     config.data.synthetic_entities = 60  # a smaller world than the default: faster
     config.sample.num = 0
     workdir = str(tmp_path / "lm")
-    loop.run(config, workdir, devices=ONE_DEVICE)
+    jobs.train(config, workdir, devices=ONE_DEVICE)
     capsys.readouterr()  # the training log
     flags = [GPT_FLAG, f"--workdir={workdir}",
              *(f"--config.data.{k}={config.data[k]}" for k in LM_DATA_KEYS)]
@@ -378,7 +378,7 @@ def test_command_on_a_trained_gpt_workdir(tiny_lm_config, tmp_path, monkeypatch,
     assert paths == [want_path] and capsys.readouterr().out.split() == [want_path]
     assert _png(want_path).text["Panels"] == "4"  # 2 layers x heads 0, 3
     # The maps are those of the trained checkpoint, not of a fresh initialisation.
-    setup = loop.build(config, workdir, devices=ONE_DEVICE)
+    setup = jobs.build(config, workdir, devices=ONE_DEVICE)
     checkpointer = Checkpointer(workdir)
     trained = checkpointer.restore(setup.state).params
     checkpointer.close()
@@ -660,7 +660,7 @@ def rnn_workdirs(tmp_path_factory):
         if attention not in runs:
             config = rnn_translate_config.get_config(f"attention={attention}")
             workdir = str(root / attention)
-            loop.run(_short_run(config, **data), workdir, devices=ONE_DEVICE)
+            jobs.train(_short_run(config, **data), workdir, devices=ONE_DEVICE)
             runs[attention] = workdir, [
                 f"--config={ROOT}/configs/rnn_translate.py:attention={attention}",
                 f"--workdir={workdir}", *(f"--config.data.{k}={v}" for k, v in data.items())]
@@ -685,7 +685,7 @@ def test_command_on_a_trained_rnn_seq2seq_workdir(attention, rnn_workdirs, monke
     if attention != "general":
         return
     # The rows and the printed translation are those of the trained checkpoint's greedy output.
-    setup = loop.build(am._flags(["x", *flags]).config, workdir, devices=ONE_DEVICE)
+    setup = jobs.build(am._flags(["x", *flags]).config, workdir, devices=ONE_DEVICE)
     checkpointer = Checkpointer(workdir)
     trained = checkpointer.restore_params(setup.state.params)
     checkpointer.close()
@@ -703,8 +703,8 @@ def test_command_on_a_transformer_translation_workdir_end_to_end(tmp_path):
     data = dict(synthetic_pairs=200, batch_size=8, eval_batch_size=32,
                 cache_dir=str(tmp_path / "cache"))
     workdir, out = tmp_path / "run", tmp_path / "maps"
-    loop.run(_short_run(translate_config.get_config("size=tiny"), **data), str(workdir),
-             devices=ONE_DEVICE)
+    jobs.train(_short_run(translate_config.get_config("size=tiny"), **data), str(workdir),
+               devices=ONE_DEVICE)
     proc = subprocess.run(
         [sys.executable, "-m", "zoo.commands.attention_maps", "--config=configs/translate.py:size=tiny",
          f"--workdir={workdir}", "--text=一加三", f"--out={out}", "--layers=0", "--heads=0",
@@ -723,8 +723,8 @@ def test_command_on_a_gpt_classifier_workdir(tmp_path, monkeypatch, capsys):
     data = dict(synthetic_entities=60, seq_len=32, batch_size=8, eval_batch_size=32,
                 vocab_size=128)
     workdir = tmp_path / "run"
-    loop.run(_short_run(gpt_classify_config.get_config("size=tiny,task=relation"), **data),
-             str(workdir), devices=ONE_DEVICE)
+    jobs.train(_short_run(gpt_classify_config.get_config("size=tiny,task=relation"), **data),
+               str(workdir), devices=ONE_DEVICE)
     capsys.readouterr()
     drawn = _capture_maps(monkeypatch)
     paths = am.main(["x", f"--config={ROOT}/configs/gpt_classify.py:size=tiny,task=relation",

@@ -1,8 +1,9 @@
 """The catalogue of bad inputs (issue 10): each one, reached through the entry point a user hits
-(train.py for command-line mistakes, zoo.train.loop.run for the rest, the loader itself for
-data files), ends in one error that names the file / record / config key and says what to do,
-and leaves every file already written (a run's checkpoints, metrics, summary) byte-identical.
-Each error is a zoo.errors.UserError, which the command line prints without a traceback."""
+(train.py for command-line mistakes, zoo.commands.jobs.train for the rest, the loader itself
+for data files), ends in one error that names the file / record / config key and says what to
+do, and leaves every file already written (a run's checkpoints, metrics, summary)
+byte-identical. Each error is a zoo.errors.UserError, which the command line prints without a
+traceback."""
 
 import hashlib
 import json
@@ -20,10 +21,10 @@ from configs import classify as classify_config
 from configs import gpt as gpt_config
 from configs import gpt_classify as gpt_classify_config
 from configs import squad as squad_config
+from zoo.commands import jobs
 from zoo.data.readers import squad
 from zoo.errors import ConfigError, UserError
 from zoo.models import bert, gpt
-from zoo.train import loop
 from zoo.train.checkpoint import CheckpointMismatchError, MissingParamsError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,9 +34,9 @@ VOCAB = 128  # and 128-token vocabularies
 
 
 def train(config, workdir):
-    """zoo.train.loop.run on one device: with conftest's 8 fake devices every build and save
+    """zoo.commands.jobs.train on one device: with conftest's 8 fake devices every build and save
     compiles per-shard work that no entry of the catalogue needs."""
-    return loop.run(config, str(workdir), devices=jax.devices()[:1])
+    return jobs.train(config, str(workdir), devices=jax.devices()[:1])
 
 
 # ---- two tiny finished runs (trained once) and the before / after comparison ------------------
@@ -473,5 +474,5 @@ def test_mesh_that_does_not_divide_the_model_or_the_batch(runs, tmp_path, mesh, 
     config = _lm_config(runs / "gpt" / "data")
     config.mesh.update(mesh)
     raises_and_keeps(ConfigError, message,
-                     lambda: loop.run(config, str(tmp_path / "run"), devices=jax.devices()[:3]),
+                     lambda: jobs.train(config, str(tmp_path / "run"), devices=jax.devices()[:3]),
                      runs / "gpt")

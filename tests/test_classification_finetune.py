@@ -10,7 +10,7 @@ import pytest
 
 from configs import classify as classify_config
 from zoo import hf
-from zoo.commands import evaluate
+from zoo.commands import jobs
 from zoo.data.synthetic import classification as synthetic_classification
 from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer
@@ -30,7 +30,7 @@ def _config(root, strategy, **train):
 
 
 def _final_params(config, workdir):
-    setup = loop.build(config, str(workdir), devices=ONE_DEVICE)
+    setup = jobs.build(config, str(workdir), devices=ONE_DEVICE)
     return Checkpointer(str(workdir)).restore(setup.state).params
 
 
@@ -49,9 +49,9 @@ def test_strategies_train_exactly_what_they_claim(tiny_pretrained_bert):
     for strategy in ("full", "frozen", "features"):
         config = _config(tiny_pretrained_bert, strategy)
         workdir = tiny_pretrained_bert / strategy
-        loop.run(config, str(workdir), devices=ONE_DEVICE)
+        jobs.train(config, str(workdir), devices=ONE_DEVICE)
         results[strategy] = _final_params(config, workdir)
-    start = loop.build(_config(tiny_pretrained_bert, "full"), str(tiny_pretrained_bert / "start"),
+    start = jobs.build(_config(tiny_pretrained_bert, "full"), str(tiny_pretrained_bert / "start"),
                        devices=ONE_DEVICE)
     initial = loop._init_params_from(str(tiny_pretrained_bert / "pretrain"), start.state, "bert").params
     # full fine-tuning moves the encoder; frozen and features leave it bit-identical.
@@ -69,7 +69,7 @@ def test_feature_extraction_equals_the_frozen_encoder(tiny_pretrained_bert):
         config = _config(tiny_pretrained_bert, strategy)
         config.finetune.classifier_dropout = 0.0
         workdir = tiny_pretrained_bert / f"{strategy}_nodrop"
-        loop.run(config, str(workdir), devices=ONE_DEVICE)
+        jobs.train(config, str(workdir), devices=ONE_DEVICE)
         losses[strategy] = _train_losses(workdir)
         params[strategy] = _final_params(config, workdir)["classifier"]
     assert len(losses["frozen"]) == 6
@@ -81,7 +81,7 @@ def test_feature_extraction_equals_the_frozen_encoder(tiny_pretrained_bert):
 def test_eval_writes_predictions_and_reproduces_metrics(tiny_pretrained_bert):
     config = _config(tiny_pretrained_bert, "full")
     workdir = tiny_pretrained_bert / "full_eval"
-    summary = loop.run(config, str(workdir), devices=ONE_DEVICE)
+    summary = jobs.train(config, str(workdir), devices=ONE_DEVICE)
     assert {"loss", "accuracy", "f1", "mcc"} <= set(summary)
     lines = open(workdir / "predictions" / "predictions.tsv").read().splitlines()
     assert lines[0] == "id\tlabel\tprediction"
@@ -90,7 +90,7 @@ def test_eval_writes_predictions_and_reproduces_metrics(tiny_pretrained_bert):
     assert rows and all(r[1] in labels and r[2] in labels for r in rows)
     accuracy = 100.0 * np.mean([r[1] == r[2] for r in rows])
     assert accuracy == pytest.approx(summary["accuracy"], abs=1e-3)
-    again = evaluate.run(_config(tiny_pretrained_bert, "full"), str(workdir), devices=ONE_DEVICE)
+    again = jobs.evaluate(_config(tiny_pretrained_bert, "full"), str(workdir), devices=ONE_DEVICE)
     assert again["accuracy"] == pytest.approx(summary["accuracy"], abs=1e-9)
     assert "majority_accuracy" in again
 
@@ -104,11 +104,11 @@ def test_user_jsonl_files_with_explicit_columns(tiny_pretrained_bert, tmp_path):
     config = _config(tiny_pretrained_bert, "full", steps=2, eval_every=2, checkpoint_every=2)
     config.data.update(source="files", train_file=str(tmp_path / "train.jsonl"),
                        eval_file=str(tmp_path / "validation.jsonl"), label="relation")
-    summary = loop.run(config, str(tmp_path / "run"), devices=ONE_DEVICE)
+    summary = jobs.train(config, str(tmp_path / "run"), devices=ONE_DEVICE)
     assert 0.0 <= summary["accuracy"] <= 100.0
     config.data.label = "no_such_key"
     with pytest.raises(ValueError, match="train.jsonl"):
-        loop.run(config, str(tmp_path / "bad"), devices=ONE_DEVICE)
+        jobs.train(config, str(tmp_path / "bad"), devices=ONE_DEVICE)
 
 
 def test_init_from_a_hugging_face_directory(tiny_pretrained_bert, tmp_path):
@@ -132,14 +132,14 @@ def test_init_from_a_hugging_face_directory(tiny_pretrained_bert, tmp_path):
                      init_from=str(directory))
     config.data.synthetic_task = "relation"
     run = tmp_path / "from_hf"
-    loop.run(config, str(run), devices=ONE_DEVICE)
+    jobs.train(config, str(run), devices=ONE_DEVICE)
     trained = _final_params(config, run)
     # The frozen encoder is exactly the directory's weights.
     assert _leaves_equal(trained["bert"], params)
 
     config.data.seq_len = 128  # more positions than the checkpoint has
     with pytest.raises(ValueError, match="max_position_embeddings"):
-        loop.run(config, str(tmp_path / "too_long"), devices=ONE_DEVICE)
+        jobs.train(config, str(tmp_path / "too_long"), devices=ONE_DEVICE)
 
 
 def test_init_from_a_google_research_tf_checkpoint(tiny_pretrained_bert, tmp_path):
@@ -149,6 +149,6 @@ def test_init_from_a_google_research_tf_checkpoint(tiny_pretrained_bert, tmp_pat
                      init_from=directory)
     config.data.update(synthetic_task="relation", seq_len=model_config.max_position_embeddings)
     run = tmp_path / "from_tf"
-    loop.run(config, str(run), devices=ONE_DEVICE)
+    jobs.train(config, str(run), devices=ONE_DEVICE)
     trained = _final_params(config, run)
     assert _leaves_equal(trained["bert"], expected["bert"])

@@ -11,6 +11,7 @@ import pytest
 from configs import elmo as elmo_config
 from configs import feature_classify as feature_config
 from configs import word2vec as word2vec_config
+from zoo.commands import jobs
 from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer
 
@@ -32,7 +33,7 @@ def _summary(workdir):
 
 
 def _final_params(config, workdir):
-    setup = loop.build(config, str(workdir), devices=ONE_DEVICE)
+    setup = jobs.build(config, str(workdir), devices=ONE_DEVICE)
     return Checkpointer(str(workdir)).restore(setup.state).params
 
 
@@ -50,11 +51,11 @@ def pretrained(tmp_path_factory):
     config.model.hidden_size = 16
     config.data.update(synthetic_entities=ENTITIES, batch_size=16, eval_batch_size=16)
     config.optim.warmup_steps = 10
-    loop.run(config, str(root / "elmo"), devices=ONE_DEVICE)
+    jobs.train(config, str(root / "elmo"), devices=ONE_DEVICE)
     config = _shrunk(word2vec_config.get_config("size=tiny"), 150)
     config.data.update(synthetic_entities=ENTITIES)
     config.sample.num_neighbours = 0
-    loop.run(config, str(root / "w2v"), devices=ONE_DEVICE)
+    jobs.train(config, str(root / "w2v"), devices=ONE_DEVICE)
     return root / "elmo", root / "w2v"
 
 
@@ -84,7 +85,7 @@ def test_bilm_loss_falls_and_beats_the_unigram_model(pretrained):
 def test_frozen_features_classify_and_only_the_head_and_mix_train(pretrained, tmp_path, kind):
     config = _feature_config(kind, pretrained)
     workdir = tmp_path / kind
-    summary = loop.run(config, str(workdir), devices=ONE_DEVICE)
+    summary = jobs.train(config, str(workdir), devices=ONE_DEVICE)
     # Far above always answering the most frequent of the 19 relations.
     baseline = _summary(workdir)["majority_accuracy"]
     assert baseline < 35
@@ -92,7 +93,7 @@ def test_frozen_features_classify_and_only_the_head_and_mix_train(pretrained, tm
     assert {"f1", "mcc"} <= set(summary)
 
     final = _final_params(config, workdir)
-    start = loop.build(config, str(tmp_path / "start"), devices=ONE_DEVICE).state
+    start = jobs.build(config, str(tmp_path / "start"), devices=ONE_DEVICE).state
     subtree = "bilm" if kind == "elmo" else "embedding"
     initial = loop._init_params_from(config.train.init_from, start, subtree).params
     # The extractor is the pretrained one, bit for bit, after training.
@@ -109,4 +110,4 @@ def test_feature_task_needs_init_from(pretrained, tmp_path):
     config = _feature_config("elmo", pretrained)
     config.train.init_from = ""
     with pytest.raises(ValueError, match="config.train.init_from"):
-        loop.run(config, str(tmp_path), devices=ONE_DEVICE)
+        jobs.train(config, str(tmp_path), devices=ONE_DEVICE)

@@ -10,7 +10,7 @@ import pytest
 from configs import elmo as elmo_config
 from configs import feature_classify as feature_config
 from configs import word2vec as word2vec_config
-from zoo.train import loop
+from zoo.commands import jobs
 
 
 pytestmark = pytest.mark.acceptance  # the README's ELMo claim on the full tiny recipes
@@ -28,16 +28,16 @@ def accuracies(tmp_path_factory):
     root = tmp_path_factory.mktemp("binding")
     # One device, as the commands run on a laptop: 8 fake CPU devices only add collectives.
     one = jax.devices()[:1]
-    loop.run(_quiet(elmo_config.get_config("size=tiny")), str(root / "elmo"), devices=one)
+    jobs.train(_quiet(elmo_config.get_config("size=tiny")), str(root / "elmo"), devices=one)
     w2v = _quiet(word2vec_config.get_config("size=tiny"))
     w2v.sample.num_neighbours = 0
-    loop.run(w2v, str(root / "w2v"), devices=one)
+    jobs.train(w2v, str(root / "w2v"), devices=one)
     result = {}
     for kind, source in (("elmo", "elmo"), ("word2vec", "w2v")):
         config = _quiet(feature_config.get_config(f"kind={kind},task=binding"))
         config.train.init_from = str(root / source)
         config.data.cache_dir = str(root / "cache")
-        result[kind] = loop.run(config, str(root / f"binding_{kind}"), devices=one)
+        result[kind] = jobs.train(config, str(root / f"binding_{kind}"), devices=one)
         result[f"{kind}_summary"] = json.load(open(root / f"binding_{kind}" / "summary.json"))
     return result
 

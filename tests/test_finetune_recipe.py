@@ -15,11 +15,12 @@ from configs import bert_pretrain
 from configs import classify as classify_config
 from configs import squad as squad_config
 from zoo import hf
+from zoo.commands import jobs
 from zoo.data.readers import sources
 from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 from zoo.errors import ConfigError
 from zoo.models import bert
-from zoo.train import loop, recipe
+from zoo.train import recipe
 
 ONE_DEVICE = jax.devices()[:1]  # nothing here is about sharding
 STEPS = 10  # BERT's 10% warmup is then 1 step: the second update runs at the peak lr
@@ -85,7 +86,7 @@ def _recipe_line(out: str) -> str:
 def test_a_pretrained_directory_gets_the_pretrained_recipe(hf_bert, cache, tmp_path, capsys, job,
                                                            lr):
     config = _config(job, hf_bert, cache)
-    setup = loop.build(config, str(tmp_path / "run"), devices=ONE_DEVICE)
+    setup = jobs.build(config, str(tmp_path / "run"), devices=ONE_DEVICE)
     line = _recipe_line(capsys.readouterr().out)
     assert line.startswith(f"fine-tuning recipe 'pretrained' (config.train.init_from="
                            f"'{hf_bert}' is a pretrained checkpoint directory): "
@@ -98,7 +99,7 @@ def test_a_pretrained_directory_gets_the_pretrained_recipe(hf_bert, cache, tmp_p
 
 def test_the_run_logs_the_pretrained_learning_rate(hf_bert, cache, tmp_path, capsys):
     config = _config("squad", hf_bert, cache)
-    loop.run(config, str(tmp_path / "run"), devices=ONE_DEVICE)
+    jobs.train(config, str(tmp_path / "run"), devices=ONE_DEVICE)
     out = capsys.readouterr().out
     assert _recipe_line(out).startswith("fine-tuning recipe 'pretrained'")
     assert f"initialised bert from {hf_bert}" in out
@@ -112,7 +113,7 @@ def test_the_run_logs_the_pretrained_learning_rate(hf_bert, cache, tmp_path, cap
 def test_an_explicit_learning_rate_wins_over_the_recipe(hf_bert, cache, tmp_path, capsys):
     config = _config("squad", hf_bert, cache)
     config.optim.learning_rate = 1e-4
-    setup = loop.build(config, str(tmp_path / "run"), devices=ONE_DEVICE)
+    setup = jobs.build(config, str(tmp_path / "run"), devices=ONE_DEVICE)
     line = _recipe_line(capsys.readouterr().out)
     # The rest of the recipe still applies.
     assert ("'pretrained'" in line and "optim.learning_rate=0.0001 (set explicitly)" in line
@@ -123,7 +124,7 @@ def test_an_explicit_learning_rate_wins_over_the_recipe(hf_bert, cache, tmp_path
 def test_a_zoo_pretraining_run_keeps_the_tiny_recipe(tiny_pretrained_bert, tmp_path, capsys):
     init_from = str(tiny_pretrained_bert / "pretrain")
     config = _config("squad", init_from, tiny_pretrained_bert / "cache")
-    setup = loop.build(config, str(tmp_path / "run"), devices=ONE_DEVICE)
+    setup = jobs.build(config, str(tmp_path / "run"), devices=ONE_DEVICE)
     line = _recipe_line(capsys.readouterr().out)
     assert line.startswith(f"fine-tuning recipe 'tiny' (config.model.size='tiny', "
                            f"config.train.init_from='{init_from}' is a zoo run): "

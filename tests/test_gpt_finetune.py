@@ -9,7 +9,7 @@ import pytest
 from configs import gpt as gpt_config
 from configs import gpt_classify
 from zoo import tasks
-from zoo.commands import evaluate
+from zoo.commands import jobs
 from zoo.data.synthetic import classification as synthetic_classification
 from zoo.data.tokenizers import base as tokenizers
 from zoo.train import loop
@@ -31,7 +31,7 @@ def pretrained(tmp_path_factory):
                         tensorboard=False)
     config.optim.warmup_steps = 4
     config.sample.num = 0
-    loop.run(config, str(root / "lm"), devices=ONE_DEVICE)
+    jobs.train(config, str(root / "lm"), devices=ONE_DEVICE)
     return root
 
 
@@ -48,11 +48,11 @@ def _config(root, **train):
 @pytest.fixture(scope="module")
 def finetuned(pretrained):
     workdir = pretrained / "relation"
-    return workdir, loop.run(_config(pretrained), str(workdir), devices=ONE_DEVICE)
+    return workdir, jobs.train(_config(pretrained), str(workdir), devices=ONE_DEVICE)
 
 
 def test_init_from_fills_the_gpt_subtree_with_the_language_model(pretrained):
-    setup = loop.build(_config(pretrained), str(pretrained / "start"), devices=ONE_DEVICE)
+    setup = jobs.build(_config(pretrained), str(pretrained / "start"), devices=ONE_DEVICE)
     state = loop._init_params_from(str(pretrained / "lm"), setup.state, "gpt")
     lm = Checkpointer(str(pretrained / "lm"))
     expected = lm.restore_params(setup.state.params["gpt"])
@@ -79,7 +79,7 @@ def test_fine_tuned_gpt_beats_the_majority_class(finetuned):
 @pytest.mark.acceptance  # on the same fine-tuned run
 def test_eval_reproduces_the_final_accuracy_and_writes_predictions(finetuned, pretrained):
     workdir, summary = finetuned
-    result = evaluate.run(_config(pretrained), str(workdir), devices=ONE_DEVICE)
+    result = jobs.evaluate(_config(pretrained), str(workdir), devices=ONE_DEVICE)
     assert result["accuracy"] == pytest.approx(summary["accuracy"], abs=1e-9)
     assert result["majority_accuracy"] < result["accuracy"]
     lines = (workdir / "predictions" / "predictions.tsv").read_text().splitlines()
@@ -123,10 +123,10 @@ def test_fine_tunes_from_a_gpt2_directory_with_its_byte_level_tokenizer(pretrain
                      checkpoint_every=2)
     task = tasks.get("gpt_classify")(config, str(tmp_path / "run"))
     assert isinstance(task.tokenizer, gpt2_bpe.GPT2Tokenizer)
-    setup = loop.build(config, str(tmp_path / "run"), devices=ONE_DEVICE)
+    setup = jobs.build(config, str(tmp_path / "run"), devices=ONE_DEVICE)
     state = loop._init_params_from(str(directory), setup.state, "gpt")
     for got, want in zip(jax.tree.leaves(state.params["gpt"]),
                          jax.tree.leaves(jax.tree.map(np.asarray, params))):
         np.testing.assert_array_equal(np.asarray(got), want)
-    summary = loop.run(config, str(tmp_path / "run"), devices=ONE_DEVICE)
+    summary = jobs.train(config, str(tmp_path / "run"), devices=ONE_DEVICE)
     assert np.isfinite(summary["loss"]) and 0.0 <= summary["accuracy"] <= 100.0

@@ -15,7 +15,7 @@ import pytest
 
 from configs import classify as classify_config
 from configs import squad as squad_config
-from zoo.train import loop
+from zoo.commands import jobs
 
 pytestmark = pytest.mark.acceptance
 
@@ -93,7 +93,7 @@ def _from_pretrained(config, workdir, steps):
 def test_squad_v2_learns_to_abstain(quickstart):
     workdir, _ = quickstart
     config = _from_pretrained(squad_config.get_config("size=tiny,version=2.0"), workdir, 1000)
-    summary = loop.run(config, str(workdir / "squad2"), devices=ONE_DEVICE)
+    summary = jobs.train(config, str(workdir / "squad2"), devices=ONE_DEVICE)
     no_answer_share = 100.0 * summary["NoAns_total"] / summary["total"]
     # Always abstaining scores exactly the unanswerable share; never abstaining scores 0 on
     # them. The model must beat the first overall and abstain on a good part of the second.
@@ -111,8 +111,8 @@ def test_classification_beats_the_majority_class(quickstart, task, strategy, ste
     workdir, _ = quickstart
     config = _from_pretrained(
         classify_config.get_config(f"size=tiny,strategy={strategy},task={task}"), workdir, steps)
-    summary = loop.run(config, str(workdir / f"classify_{task}_{strategy}"),
-                       devices=ONE_DEVICE)
+    summary = jobs.train(config, str(workdir / f"classify_{task}_{strategy}"),
+                         devices=ONE_DEVICE)
     majority = json.load(open(workdir / f"classify_{task}_{strategy}" / "summary.json"))[
         "majority_accuracy"]
     assert summary["accuracy"] >= majority + margin, (summary, majority)

@@ -13,6 +13,7 @@ import pytest
 from configs import gpt as gpt_config
 from configs import nnlm as nnlm_config
 from zoo import decoding, tasks
+from zoo.commands import jobs
 from zoo.data.tokenizers.base import EOS_ID
 from zoo.models import nnlm
 from zoo.tasks.lm import LanguageModelTask
@@ -44,7 +45,7 @@ def trained(tmp_path_factory):
     # One device: the sharded path is proven where it can fail (the 2x2x2 sharded eval below
     # equals the unsharded one); 8 fake devices would only triple this training's time.
     with contextlib.redirect_stdout(out):
-        loop.run(_config(root / "cache"), workdir, devices=jax.devices()[:1])
+        jobs.train(_config(root / "cache"), workdir, devices=jax.devices()[:1])
     return root, workdir, out.getvalue()
 
 
@@ -124,7 +125,7 @@ def test_tensor_and_fsdp_sharded_eval_equals_unsharded(trained, tmp_path):
     root, _, _ = trained
     config = _config(root / "cache")
     config.mesh.update(data=2, fsdp=2, tensor=2)
-    setup = loop.build(config, str(tmp_path))
+    setup = jobs.build(config, str(tmp_path))
     # The hidden and vocab axes really are split over `tensor`, the embedding axis over `fsdp`.
     specs = {k: tuple(setup.state_sharding.params[k]["kernel"].spec) for k in ("H", "U", "W")}
     assert specs == {"H": (None, "fsdp", "tensor"), "U": (None, "tensor"),

@@ -6,8 +6,7 @@ import json
 import ml_collections
 import pytest
 
-from zoo.commands import pipeline
-from zoo.train import loop
+from zoo.commands import jobs, pipeline
 
 
 def _pipeline(tiny_lm_config):
@@ -32,7 +31,7 @@ def test_stages_chain_share_the_cache_and_draw_curves(tiny_lm_config, tmp_path, 
 
 
 def test_a_preempted_stage_stops_the_pipeline(tiny_lm_config, tmp_path, monkeypatch, capsys):
-    real_run = loop.run
+    real_run = jobs.train
 
     def preempted_first_stage(config, workdir):
         if workdir.endswith("first"):
@@ -40,7 +39,7 @@ def test_a_preempted_stage_stops_the_pipeline(tiny_lm_config, tmp_path, monkeypa
             config.train.steps = 2  # as if SIGTERM arrived at step 2 of 4
         return real_run(config, workdir)
 
-    monkeypatch.setattr(loop, "run", preempted_first_stage)
+    monkeypatch.setattr(jobs, "train", preempted_first_stage)
     results = pipeline.train(_pipeline(tiny_lm_config), str(tmp_path))
     assert "second" not in results and not (tmp_path / "second").exists()
     assert not (tmp_path / "curves.png").exists()

@@ -11,12 +11,11 @@ import numpy as np
 import pytest
 
 from configs import rnn_translate
-from zoo.commands import evaluate
+from zoo.commands import jobs
 from zoo.data.synthetic import translation as synthetic_translation
 from zoo.eval import bleu
 from zoo.models import seq2seq
 from zoo.tasks.rnn_translation import RNNTranslationTask
-from zoo.train import loop
 
 # One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),
 # and 8 fake devices only add compile and collective time.
@@ -38,7 +37,7 @@ def _config(tmp_path, variant="size=tiny,attention=general,cell=gru", steps=30):
 def test_train_reports_bleu_and_eval_py_reproduces_it(tmp_path, capsys):
     config = _config(tmp_path)
     workdir = tmp_path / "run"
-    summary = loop.run(config, str(workdir), devices=ONE_DEVICE)
+    summary = jobs.train(config, str(workdir), devices=ONE_DEVICE)
     records = [json.loads(line) for line in open(workdir / "metrics.jsonl")]
     train = [r["loss"] for r in records if r["split"] == "train"]
     assert len(train) == 3 and train[-1] < train[0] - 0.5
@@ -52,7 +51,7 @@ def test_train_reports_bleu_and_eval_py_reproduces_it(tmp_path, capsys):
     assert len(hypotheses) == len(references) == 60
     assert summary["bleu"] == pytest.approx(bleu.corpus_bleu(hypotheses, [references]).score)
     assert "(reference: " in capsys.readouterr().out
-    again = evaluate.run(_config(tmp_path), str(workdir), devices=ONE_DEVICE)  # eval.py's path
+    again = jobs.evaluate(_config(tmp_path), str(workdir), devices=ONE_DEVICE)  # eval.py's path
     assert again["bleu"] == pytest.approx(summary["bleu"], abs=1e-9)
     assert again["perplexity"] == pytest.approx(summary["perplexity"], rel=1e-6)
 
@@ -78,7 +77,7 @@ def test_config_variants_and_the_task_seams(tmp_path):
 _ACCEPTANCE = r"""
 import json, sys
 from configs import rnn_translate
-from zoo.train import loop
+from zoo.commands import jobs
 bleus = {}
 for attention in ("general", "none"):
     config = rnn_translate.get_config(f"size=tiny,attention={attention}")
@@ -90,7 +89,7 @@ for attention in ("general", "none"):
     config.train.update(steps=600, eval_every=600, checkpoint_every=600, log_every=600,
                         tensorboard=False, label_smoothing=0.0, seed=int(sys.argv[2]))
     config.eval.update(decode="greedy", num_samples=0)
-    bleus[attention] = loop.run(config, f"{sys.argv[1]}/{attention}")["bleu"]
+    bleus[attention] = jobs.train(config, f"{sys.argv[1]}/{attention}")["bleu"]
 print("BLEUS", json.dumps(bleus))
 """
 

@@ -13,6 +13,7 @@ import pytest
 from configs import gpt as gpt_config
 from configs import rnnlm as rnnlm_config
 from zoo import decoding, tasks
+from zoo.commands import jobs
 from zoo.data.tokenizers.base import EOS_ID
 from zoo.models import rnnlm
 from zoo.tasks.rnnlm import RNNLanguageModelTask, carry_decoder
@@ -44,7 +45,7 @@ def trained(tmp_path_factory):
     # and the layers' sharded == single-device tests); 8 fake devices would only triple
     # this training's time.
     with contextlib.redirect_stdout(out):
-        loop.run(_config(root / "cache"), workdir, devices=jax.devices()[:1])
+        jobs.train(_config(root / "cache"), workdir, devices=jax.devices()[:1])
     return root, workdir, out.getvalue()
 
 
@@ -112,7 +113,7 @@ def test_tensor_and_fsdp_sharded_eval_equals_unsharded(trained, tmp_path):
     root, _, _ = trained
     config = _config(root / "cache")
     config.mesh.update(data=2, fsdp=2, tensor=2)
-    setup = loop.build(config, str(tmp_path))
+    setup = jobs.build(config, str(tmp_path))
     # The hidden units and the vocab really are split over `tensor`, the embedding over `fsdp`.
     specs = jax.tree.map(lambda s: tuple(s.spec), setup.state_sharding.params)
     assert specs["layer_0"]["recurrent_kernel"] == (None, None, "tensor")

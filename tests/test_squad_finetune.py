@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from configs import squad as squad_config
-from zoo.commands import evaluate
+from zoo.commands import jobs
 from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer
 
@@ -28,7 +28,7 @@ def _squad(root, version, **train):
 
 def test_init_from_fills_only_the_encoder(tiny_pretrained_bert):
     config = _squad(tiny_pretrained_bert, "1.1")
-    setup = loop.build(config, str(tiny_pretrained_bert / "probe"), devices=ONE_DEVICE)
+    setup = jobs.build(config, str(tiny_pretrained_bert / "probe"), devices=ONE_DEVICE)
     started = loop._init_params_from(str(tiny_pretrained_bert / "pretrain"), setup.state,
                                      setup.task.pretrained_subtree())
     source = Checkpointer(str(tiny_pretrained_bert / "pretrain"))
@@ -44,7 +44,7 @@ def test_init_from_fills_only_the_encoder(tiny_pretrained_bert):
 @pytest.mark.parametrize("version", ["1.1", "2.0"])
 def test_train_and_eval_write_the_official_files_and_metrics(tiny_pretrained_bert, version):
     workdir = tiny_pretrained_bert / f"squad{version}"
-    summary = loop.run(_squad(tiny_pretrained_bert, version), str(workdir), devices=ONE_DEVICE)
+    summary = jobs.train(_squad(tiny_pretrained_bert, version), str(workdir), devices=ONE_DEVICE)
     keys = {"exact", "f1", "total"} | ({"HasAns_f1", "NoAns_f1", "best_f1", "best_f1_thresh"}
                                        if version == "2.0" else {"exact_match"})
     assert keys <= set(summary)
@@ -54,5 +54,5 @@ def test_train_and_eval_write_the_official_files_and_metrics(tiny_pretrained_ber
     assert set(predictions) == set(nbest) and len(predictions) == summary["total"]
     assert os.path.exists(out / "null_odds.json") == (version == "2.0")
     # eval.py restores the same checkpoint and reproduces the same official metrics.
-    again = evaluate.run(_squad(tiny_pretrained_bert, version), str(workdir), devices=ONE_DEVICE)
+    again = jobs.evaluate(_squad(tiny_pretrained_bert, version), str(workdir), devices=ONE_DEVICE)
     assert again["f1"] == pytest.approx(summary["f1"], abs=1e-9)

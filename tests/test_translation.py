@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 
 from configs import translate as translate_config
-from zoo.commands import evaluate
+from zoo.commands import jobs
 from zoo.data.readers import parallel
 from zoo.data.synthetic import translation as synthetic_translation
 from zoo.eval import bleu
-from zoo.train import loop
 
 # One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),
 # and 8 fake devices only add compile and collective time.
@@ -35,7 +34,7 @@ def test_train_and_eval_report_bleu_rouge_and_write_hypotheses(tmp_path, decode,
     config = _config(tmp_path)
     config.eval.decode = decode
     workdir = tmp_path / "run"
-    summary = loop.run(config, str(workdir), devices=ONE_DEVICE)
+    summary = jobs.train(config, str(workdir), devices=ONE_DEVICE)
     keys = {"loss", "perplexity", "accuracy", "bleu", "bleu_bp", "bleu_p1", "bleu_p4", "rouge1",
             "rouge2", "rougeL", "exact"}
     assert keys <= set(summary)
@@ -54,7 +53,7 @@ def test_train_and_eval_report_bleu_rouge_and_write_hypotheses(tmp_path, decode,
     if decode == "greedy":  # eval.py restores the checkpoint and reproduces every figure
         config = _config(tmp_path)
         config.eval.decode = decode
-        again = evaluate.run(config, str(workdir), devices=ONE_DEVICE)
+        again = jobs.evaluate(config, str(workdir), devices=ONE_DEVICE)
         assert again["bleu"] == pytest.approx(summary["bleu"], abs=1e-9)
         assert again["perplexity"] == pytest.approx(summary["perplexity"], rel=1e-6)
 
@@ -66,11 +65,11 @@ def test_parallel_files_tsv_and_two_aligned_files(tmp_path):
     config = _config(tmp_path, steps=2, source="files", train_file=str(tmp_path / "train.tsv"),
                      eval_file=str(tmp_path / "dev.zh"), eval_target_file=str(tmp_path / "dev.en"),
                      batch_size=8, eval_batch_size=16)
-    summary = loop.run(config, str(tmp_path / "run"), devices=ONE_DEVICE)
+    summary = jobs.train(config, str(tmp_path / "run"), devices=ONE_DEVICE)
     assert np.isfinite(summary["loss"]) and 0.0 <= summary["bleu"] <= 100.0
     config.data.eval_target_file = ""  # dev.zh is not a TSV: a clear error naming it
     with pytest.raises(ValueError, match="dev.zh"):
-        loop.run(config, str(tmp_path / "bad"), devices=ONE_DEVICE)
+        jobs.train(config, str(tmp_path / "bad"), devices=ONE_DEVICE)
 
 
 def test_tfds_translation_dataset_read_offline(tmp_path):
@@ -105,7 +104,7 @@ def test_tfds_translation_dataset_read_offline(tmp_path):
         parallel.read_parallel_tfds("zoo_arith", "train", data_dir, source_lang="de")
     config = _config(tmp_path, steps=2, source="tfds", tfds_name="zoo_arith",
                      tfds_data_dir=data_dir, batch_size=8, eval_batch_size=16)
-    summary = loop.run(config, str(tmp_path / "run"), devices=ONE_DEVICE)
+    summary = jobs.train(config, str(tmp_path / "run"), devices=ONE_DEVICE)
     assert np.isfinite(summary["loss"])
     with pytest.raises(FileNotFoundError, match="tfds build"):
         parallel.read_parallel_tfds("zoo_arith", "train", str(tmp_path / "empty"))
@@ -115,7 +114,7 @@ def test_output_length_is_cut_relative_to_the_source(tmp_path):
     # a * |x| + b tokens at most: with a = 0 and b = 1 every hypothesis is one piece long.
     config = _config(tmp_path, steps=2)
     config.eval.update(decode="greedy", max_len_a=0.0, max_len_b=1)
-    loop.run(config, str(tmp_path / "run"), devices=ONE_DEVICE)
+    jobs.train(config, str(tmp_path / "run"), devices=ONE_DEVICE)
     hypotheses = (tmp_path / "run" / "predictions" / "hypotheses.txt").read_text().splitlines()
     assert hypotheses and all(len(h.split()) <= 1 for h in hypotheses)
     assert os.path.exists(tmp_path / "run" / "summary.json")

@@ -28,12 +28,12 @@ def _config(mode, steps):
 
 def _train(tmp_path_factory, mode, steps):
     from zoo import tasks
-    from zoo.train import loop  # after conftest's XLA_FLAGS
+    from zoo.commands import jobs  # after conftest's XLA_FLAGS
 
     tasks._REGISTRY.setdefault("word2vec", "zoo.tasks.word2vec:Word2VecTask")
     workdir = str(tmp_path_factory.mktemp(mode))
     config = _config(mode, steps)
-    loop.run(config, workdir, devices=ONE_DEVICE)
+    jobs.train(config, workdir, devices=ONE_DEVICE)
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f]
     return config, workdir, records
@@ -105,11 +105,11 @@ def _query(config, workdir, *flags):
 @pytest.fixture(scope="module")
 def tables(skipgram):
     """The checkpoint's vocabulary and tables, restored independently of word2vec_query."""
-    from zoo.train import loop
+    from zoo.commands import jobs
     from zoo.train.checkpoint import Checkpointer
 
     config, workdir, _ = skipgram
-    setup = loop.build(config, workdir, devices=ONE_DEVICE)
+    setup = jobs.build(config, workdir, devices=ONE_DEVICE)
     checkpointer = Checkpointer(workdir)
     params = checkpointer.restore_params(setup.state.params)
     checkpointer.close()
@@ -175,10 +175,10 @@ def test_query_errors_name_the_problem(skipgram, tmp_path):
 
 
 def test_eval_reproduces_the_final_summary(skipgram):
-    from zoo.commands import evaluate
+    from zoo.commands import jobs
 
     config, workdir, _ = skipgram
-    result = evaluate.run(config, workdir, devices=ONE_DEVICE)
+    result = jobs.evaluate(config, workdir, devices=ONE_DEVICE)
     summary = _summary(workdir)
     assert result["step"] == 150
     assert result["neighbour_purity"] == pytest.approx(summary["neighbour_purity"])

@@ -6,11 +6,12 @@ import jax
 import numpy as np
 
 from tests.train import loop_steps
-from zoo.train import loop
+from zoo.commands import jobs
 
 
 def _train(config, workdir, devices, batches):
-    state, losses = loop_steps.train(loop.build(config, workdir, devices=devices), config, batches)
+    state, losses = loop_steps.train(jobs.build(config, workdir, devices=devices), config,
+                                     batches)
     return losses, jax.device_get(state.params)
 
 
@@ -21,7 +22,7 @@ def test_accumulated_steps_on_a_2x2x2_mesh_equal_whole_batches_on_one_device(tin
     config.optim.update(name="sgd", learning_rate=0.5, warmup_steps=1)
     workdir = str(tmp_path)
     one_device = jax.devices()[:1]
-    iterator = loop.build(config, workdir, devices=one_device).task.train_batches(0, 1)
+    iterator = jobs.build(config, workdir, devices=one_device).task.train_batches(0, 1)
     batches = [next(iterator) for _ in range(3)]  # 8 rows each: 2 micro-batches of 4 below
     whole_losses, whole_params = _train(config, workdir, one_device, batches)
 

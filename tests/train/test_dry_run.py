@@ -3,7 +3,8 @@
 import jax
 import pytest
 
-from zoo.train import dry_run, loop
+from zoo.commands import jobs
+from zoo.train import dry_run
 
 
 def _device0_bytes(tree):
@@ -18,9 +19,9 @@ def test_dry_run_matches_the_real_sharded_state_and_compiles_nothing(tiny_lm_con
     compiles = []
     jax.monitoring.register_event_duration_secs_listener(
         lambda event, *a, **k: compiles.append(event) if "backend_compile" in event else None)
-    figures = dry_run.report(config, str(tmp_path))
+    figures = jobs.dry_run(config, str(tmp_path))
     assert compiles == []
-    setup = loop.build(config, str(tmp_path))
+    setup = jobs.build(config, str(tmp_path))
     assert figures["param_bytes_per_device"] == _device0_bytes(setup.state.params)
     assert figures["optimizer_bytes_per_device"] == _device0_bytes(setup.state.opt_state)
     assert figures["params"] == sum(x.size for x in jax.tree.leaves(setup.state.params))

@@ -12,7 +12,8 @@ import pytest
 
 from configs import bert_pretrain as bert_pretrain_config
 from configs import gpt as gpt_config
-from zoo.train import dry_run, loop
+from zoo.commands import jobs
+from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer, MissingParamsError
 
 # The loop's features below the layout tests (spike guard, non-finite stop, best checkpoint,
@@ -30,7 +31,7 @@ def _batches(setup, n):
 def _train(config, workdir, devices, batches, compiled_out=None):
     """Trains on `batches`; with `compiled_out` (a list), appends the compiled step so the
     caller can read XLA's memory analysis of the program that ran."""
-    setup = loop.build(config, workdir, devices=devices)
+    setup = jobs.build(config, workdir, devices=devices)
     train_step = loop.make_train_step(setup, config)
     state, losses = setup.state, []
     with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
@@ -63,7 +64,7 @@ def _small_config(job):
 def single_device_run(request, tmp_path_factory):
     config = _small_config(request.param)
     workdir = str(tmp_path_factory.mktemp(request.param))
-    setup = loop.build(config, workdir, devices=jax.devices()[:1])
+    setup = jobs.build(config, workdir, devices=jax.devices()[:1])
     batches = _batches(setup, 3)
     _, state, losses = _train(config, workdir, jax.devices()[:1], batches)
     return config, workdir, batches, jax.device_get(state.params), losses
@@ -92,7 +93,7 @@ def _assert_dry_run_matches_compiled_memory(config, workdir, devices, compiled, 
     """The dry run (shapes only) against XLA's per-device memory for the step that ran: the
     state it shards must be the program's arguments to the byte (besides the batch), and its
     total within the band that its analytic activation model reaches on CPU."""
-    figures = dry_run.report(config, workdir, devices)
+    figures = jobs.dry_run(config, workdir, devices)
     memory = compiled.memory_analysis()
     batch_bytes = sum(x.nbytes for x in batch.values()) / (config.mesh.data * config.mesh.fsdp)
     state_bytes = figures["param_bytes_per_device"] + figures["optimizer_bytes_per_device"]
@@ -114,7 +115,7 @@ def test_checkpoint_restores_onto_other_meshes(tiny_lm_config, tmp_path):
     config.mesh.update(data=2, fsdp=1, tensor=4)
     workdir = str(tmp_path)
     setup, state, _ = _train(config, workdir, jax.devices(), _batches(
-        loop.build(config, workdir), 2))
+        jobs.build(config, workdir), 2))
     saver = Checkpointer(workdir)
     saver.save(2, state)
     saver.close()
@@ -131,7 +132,7 @@ def test_checkpoint_restores_onto_other_meshes(tiny_lm_config, tmp_path):
     for shape, devices in (((8, 1, 1), jax.devices()), ((1, 1, 1), jax.devices()[:1])):
         other = config.copy_and_resolve_references()
         other.mesh.update(data=shape[0], fsdp=shape[1], tensor=shape[2])
-        target = loop.build(other, workdir, devices=devices)
+        target = jobs.build(other, workdir, devices=devices)
         reader = Checkpointer(workdir)
         restored = reader.restore(target.state)
         reader.close()
@@ -197,7 +198,7 @@ def test_loss_spike_guard_skips_a_spike_and_carries_on(tiny_lm_config, tmp_path,
     config = tiny_lm_config(steps=6)
     config.train.loss_spike.update(factor=3.0, warmup_steps=2)
     _spike_on_marked_batches(monkeypatch, bad={4})
-    loop.run(config, str(tmp_path), devices=ONE_DEVICE)
+    jobs.train(config, str(tmp_path), devices=ONE_DEVICE)
     train = {r["step"]: r for r in map(json.loads, open(tmp_path / "metrics.jsonl"))
              if r["split"] == "train"}
     assert [train[s]["spike_skips"] for s in range(1, 7)] == [0, 0, 0, 1, 0, 0]
@@ -211,7 +212,7 @@ def test_loss_spike_guard_stops_after_spikes_in_a_row(tiny_lm_config, tmp_path, 
     with pytest.raises(loop.LossSpikeError,
                        match=r"step 6: the loss exceeded 3.0 x its running mean .* for 2 steps "
                              r"in a row .*last checkpoint, step 4, is intact"):
-        loop.run(config, str(tmp_path), devices=ONE_DEVICE)
+        jobs.train(config, str(tmp_path), devices=ONE_DEVICE)
     assert Checkpointer(str(tmp_path)).latest_step() == 4
 
 
@@ -220,14 +221,14 @@ def test_nonfinite_stop_names_the_step_and_keeps_checkpoints(tiny_lm_config, tmp
     config = tiny_lm_config(steps=6, checkpoint_every=2, nonfinite="stop")
     _poison(monkeypatch, bad={5})
     with pytest.raises(FloatingPointError, match=r"step 5: .*last checkpoint, step 4"):
-        loop.run(config, str(tmp_path), devices=ONE_DEVICE)
+        jobs.train(config, str(tmp_path), devices=ONE_DEVICE)
     assert Checkpointer(str(tmp_path)).latest_step() == 4
 
 
 def test_nonfinite_skip_counts_and_continues(tiny_lm_config, tmp_path, monkeypatch):
     config = tiny_lm_config(steps=4, nonfinite="skip")
     _poison(monkeypatch, bad={2})
-    loop.run(config, str(tmp_path))
+    jobs.train(config, str(tmp_path))
     records = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
     train = {r["step"]: r for r in records if r["split"] == "train"}
     assert train[2]["skipped_steps"] == 1.0
@@ -238,7 +239,7 @@ def test_nonfinite_skip_counts_and_continues(tiny_lm_config, tmp_path, monkeypat
 def test_best_checkpoint_is_kept_beside_the_last(tiny_lm_config, tmp_path):
     config = tiny_lm_config(steps=6, eval_every=2, checkpoint_every=2, keep_checkpoints=1,
                             best_metric="perplexity")
-    loop.run(config, str(tmp_path), devices=ONE_DEVICE)
+    jobs.train(config, str(tmp_path), devices=ONE_DEVICE)
     best = Checkpointer(str(tmp_path), subdir="checkpoints_best", best_metric="perplexity")
 
     evals = {r["step"]: r["perplexity"] for r in map(json.loads, open(tmp_path / "metrics.jsonl"))
@@ -248,21 +249,21 @@ def test_best_checkpoint_is_kept_beside_the_last(tiny_lm_config, tmp_path):
 
 
 def test_profile_window_writes_a_trace_and_bad_windows_are_named(tiny_lm_config, tmp_path):
-    loop.run(tiny_lm_config(steps=3, profile_steps="1:2"), str(tmp_path), devices=ONE_DEVICE)
+    jobs.train(tiny_lm_config(steps=3, profile_steps="1:2"), str(tmp_path), devices=ONE_DEVICE)
     traces = list((tmp_path / "profile").rglob("*.xplane.pb"))
     assert traces and traces[0].stat().st_size > 0
     with pytest.raises(ValueError, match="config.train.profile_steps"):
-        loop.run(tiny_lm_config(steps=3, profile_steps="2:1"), str(tmp_path / "bad"),
-                 devices=ONE_DEVICE)
+        jobs.train(tiny_lm_config(steps=3, profile_steps="2:1"), str(tmp_path / "bad"),
+                   devices=ONE_DEVICE)
 
 
 def test_init_from_takes_params_but_not_optimizer_or_step(tiny_lm_config, tmp_path):
     first = str(tmp_path / "first")
-    loop.run(tiny_lm_config(steps=3), first, devices=ONE_DEVICE)
+    jobs.train(tiny_lm_config(steps=3), first, devices=ONE_DEVICE)
     saved = Checkpointer(first).restore(
-        loop.build(tiny_lm_config(), first, devices=ONE_DEVICE).state)
+        jobs.build(tiny_lm_config(), first, devices=ONE_DEVICE).state)
     second = tiny_lm_config(steps=1, init_from=first)
-    setup = loop.build(second, str(tmp_path / "second"), devices=ONE_DEVICE)
+    setup = jobs.build(second, str(tmp_path / "second"), devices=ONE_DEVICE)
     started = loop._init_params_from(first, setup.state)
     assert int(started.step) == 0
     for a, b in zip(jax.tree.leaves(started.params), jax.tree.leaves(saved.params)):
@@ -270,12 +271,12 @@ def test_init_from_takes_params_but_not_optimizer_or_step(tiny_lm_config, tmp_pa
     for a, b in zip(jax.tree.leaves(started.opt_state), jax.tree.leaves(setup.state.opt_state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # fresh optimizer
     with pytest.raises(FileNotFoundError, match="config.train.init_from"):
-        loop.run(tiny_lm_config(steps=1, init_from=str(tmp_path / "nowhere")),
-                 str(tmp_path / "third"), devices=ONE_DEVICE)
+        jobs.train(tiny_lm_config(steps=1, init_from=str(tmp_path / "nowhere")),
+                   str(tmp_path / "third"), devices=ONE_DEVICE)
     # A deeper model than the checkpoint's: orbax would hand back placeholders for the extra
     # layer; the restore names what is missing instead, and nothing starts from them.
     deeper = tiny_lm_config(steps=1, init_from=first)
     deeper.model.num_layers = 3  # tiny has 2
-    deeper_setup = loop.build(deeper, str(tmp_path / "deeper"), devices=ONE_DEVICE)
+    deeper_setup = jobs.build(deeper, str(tmp_path / "deeper"), devices=ONE_DEVICE)
     with pytest.raises(MissingParamsError, match=r"lack .* parameters.*h.*layer_2"):
         loop._init_params_from(first, deeper_setup.state)

@@ -9,8 +9,9 @@ from jax.sharding import PartitionSpec as P
 
 from configs import gpt as gpt_config
 from tests.train import loop_steps
+from zoo.commands import jobs
 from zoo.errors import ConfigError
-from zoo.train import dry_run, loop, partitioning
+from zoo.train import partitioning
 
 # Megatron's tensor-parallel axes (mlp, heads) moved onto fsdp, and the embedding width
 # replicated: every parameter the default table splits over (fsdp, tensor) moves.
@@ -56,15 +57,15 @@ def workdir(tmp_path_factory):
 
 def test_params_follow_a_custom_rules_table_and_train_as_on_one_device(workdir):
     config = _config()
-    single = loop.build(config, workdir, devices=jax.devices()[:1])
+    single = jobs.build(config, workdir, devices=jax.devices()[:1])
     it = single.task.train_batches(0, 1)
     batches = [next(it) for _ in range(2)]
     state, losses = loop_steps.train(single, config, batches)
     expected_params = jax.device_get(state.params)
 
-    default = loop.build(_config(mesh=(2, 2, 2)), workdir)
+    default = jobs.build(_config(mesh=(2, 2, 2)), workdir)
     custom_config = _config(_custom_rules(), mesh=(2, 2, 2))
-    custom = loop.build(custom_config, workdir)
+    custom = jobs.build(custom_config, workdir)
     for path, default_spec, custom_spec in EXPECTED:
         assert _leaf(default.state_sharding.params, path).spec == default_spec, path
         assert _leaf(custom.state_sharding.params, path).spec == custom_spec, path
@@ -90,14 +91,14 @@ def test_a_bad_rules_table_is_one_config_error_naming_the_key(workdir, rules, me
     config = _config(rules)
     # Refused before the task builds anything (the rules are read right after the mesh).
     with pytest.raises(ConfigError, match=r"^config\.mesh\.rules: .*" + message):
-        loop.build(config, workdir, devices=jax.devices()[:1])
+        jobs.build(config, workdir, devices=jax.devices()[:1])
 
 
 def test_the_dry_run_reads_the_table_the_same_way(workdir):
     with pytest.raises(ConfigError, match=r"^config\.mesh\.rules: .*'model'"):
-        dry_run.report(_config([["embed", "model"]]), workdir, jax.devices()[:1])
-    figures = dry_run.report(_config(_custom_rules(), mesh=(2, 2, 2)), workdir)
-    default = dry_run.report(_config(mesh=(2, 2, 2)), workdir)
+        jobs.dry_run(_config([["embed", "model"]]), workdir, jax.devices()[:1])
+    figures = jobs.dry_run(_config(_custom_rules(), mesh=(2, 2, 2)), workdir)
+    default = jobs.dry_run(_config(mesh=(2, 2, 2)), workdir)
     # Moving embed off fsdp (and mlp/heads off tensor onto fsdp) changes what a device holds:
     # the token embedding (vocab x embed) is now split 2 ways instead of 4.
     assert figures["param_bytes_per_device"] > default["param_bytes_per_device"]

@@ -8,7 +8,8 @@ import types
 import jax
 import pytest
 
-from zoo.train import loop, metrics
+from zoo.commands import jobs
+from zoo.train import metrics
 
 ONE_DEVICE = jax.devices()[:1]
 
@@ -21,11 +22,11 @@ def _train_records(workdir):
 def test_mfu_is_printed_and_logged_against_config_peak_flops(tiny_lm_config, tmp_path, capfd):
     peak = 2e9  # FLOP/s per device, as a user would give for hardware missing from the table
     config = tiny_lm_config(steps=4, log_every=2, peak_flops=peak)
-    loop.run(config, str(tmp_path / "run"), devices=ONE_DEVICE)
+    jobs.train(config, str(tmp_path / "run"), devices=ONE_DEVICE)
     lines = [x for x in capfd.readouterr().out.splitlines() if " tok/s" in x]
     records = _train_records(tmp_path / "run")
     assert len(lines) == len(records) == 2
-    flops_per_token = loop.build(config, str(tmp_path / "probe"),
+    flops_per_token = jobs.build(config, str(tmp_path / "probe"),
                                  devices=ONE_DEVICE).task.flops_per_token()
     assert flops_per_token > 0
     for line, record in zip(lines, records):
@@ -35,7 +36,7 @@ def test_mfu_is_printed_and_logged_against_config_peak_flops(tiny_lm_config, tmp
 
 
 def test_no_mfu_without_a_known_peak(tiny_lm_config, tmp_path, capfd):
-    loop.run(tiny_lm_config(steps=2, log_every=1), str(tmp_path / "run"), devices=ONE_DEVICE)
+    jobs.train(tiny_lm_config(steps=2, log_every=1), str(tmp_path / "run"), devices=ONE_DEVICE)
     assert "MFU" not in capfd.readouterr().out  # a CPU is in no spec table
     assert all("mfu" not in r for r in _train_records(tmp_path / "run"))
 

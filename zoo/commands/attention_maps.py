@@ -489,7 +489,7 @@ def _check_family(config, where: str) -> None:
 
 def _from_workdir(config, workdir: str) -> tuple[nn.Module, Any, Any]:
     """The task's model and tokenizer and the latest checkpoint's params."""
-    from zoo.train import loop
+    from zoo.commands import jobs
     from zoo.train.checkpoint import Checkpointer
 
     # Checked before building anything: build() and Checkpointer create directories.
@@ -502,7 +502,7 @@ def _from_workdir(config, workdir: str) -> tuple[nn.Module, Any, Any]:
         raise MissingFileError(
             f"--workdir={workdir} holds no checkpoint ({directory}); train first with "
             f"`python train.py --config=... --workdir={workdir}`")
-    setup = loop.build(config, workdir)
+    setup = jobs.build(config, workdir)
     try:
         params = checkpointer.restore_params(setup.state.params)
     finally:

@@ -11,9 +11,10 @@ from zoo.errors import ConfigError, MissingFileError
 from zoo.train import checkpoint, loop
 
 
-def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, float]:
-    """Evaluates the latest checkpoint in `workdir` on a mesh over `devices` (default all);
-    writes <workdir>/eval.json."""
+def run(config: ml_collections.ConfigDict, workdir: str, task_factory: loop.TaskFactory,
+        devices=None) -> dict[str, float]:
+    """Evaluates the latest checkpoint in `workdir` of the task task_factory(config, workdir)
+    makes, on a mesh over `devices` (default all); writes <workdir>/eval.json."""
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise ConfigError(f"--workdir={workdir} is a file, not a directory; give the workdir of "
                           "a trained run")
@@ -23,7 +24,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
             f"no checkpoint under {os.path.join(os.path.abspath(workdir), 'checkpoints')}; "
             f"train first with `python train.py --config=... --workdir={workdir}`"
         )
-    setup = loop.build(config, workdir, devices)
+    setup = loop.build(config, workdir, task_factory, devices)
     state = checkpointer.restore(setup.state)
     checkpointer.close()
     eval_step = loop.make_eval_step(setup)

@@ -13,9 +13,8 @@ import os
 import jax
 import ml_collections
 
-from zoo.commands import curves, evaluate
+from zoo.commands import curves, jobs
 from zoo.errors import ConfigError
-from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer
 
 
@@ -49,7 +48,7 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict[str
     for i, (name, stage) in enumerate(stages, 1):
         _banner(f"stage {i}/{len(stages)}: {name} ({stage.task}) in {os.path.join(workdir, name)}")
         stage_dir = os.path.join(workdir, name)
-        results[name] = loop.run(stage, stage_dir)
+        results[name] = jobs.train(stage, stage_dir)
         if _last_step(stage_dir) != stage.train.steps:
             # Preempted (SIGTERM): the next stage must not start from unfinished params.
             _banner(f"stage {name} stopped before step {stage.train.steps}; rerun the same "
@@ -76,7 +75,7 @@ def evaluate_all(config: ml_collections.ConfigDict, workdir: str) -> dict[str, d
     results = {}
     for name, stage in _stage_configs(config, workdir):
         _banner(f"evaluating {name} ({stage.task})")
-        results[name] = evaluate.run(stage, os.path.join(workdir, name))
+        results[name] = jobs.evaluate(stage, os.path.join(workdir, name))
     return results
 
 

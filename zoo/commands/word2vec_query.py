@@ -114,7 +114,7 @@ def load_vectors(config, workdir: str) -> tuple[Vocabulary, np.ndarray]:
     """The vocabulary and the latest checkpoint's `embedding` table [V, D] of a trained run."""
     from jax.experimental import multihost_utils
 
-    from zoo.train import loop
+    from zoo.commands import jobs
     from zoo.train.checkpoint import Checkpointer
 
     # Checked before building anything: build() and Checkpointer create directories.
@@ -130,7 +130,7 @@ def load_vectors(config, workdir: str) -> tuple[Vocabulary, np.ndarray]:
     try:
         if checkpointer.latest_step() is None:
             raise MissingFileError(f"--workdir={workdir} holds no checkpoint ({directory})")
-        setup = loop.build(config, workdir)
+        setup = jobs.build(config, workdir)
         params = checkpointer.restore_params(setup.state.params)
     finally:
         checkpointer.close()

@@ -6,13 +6,14 @@ FLOPs come from the task's analytic model.
 """
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import flax.linen as nn
 import jax
 import ml_collections
 import numpy as np
 
-from zoo import tasks
 from zoo.train import optim, partitioning
 from zoo.train.state import TrainState
 
@@ -57,9 +58,12 @@ def _bytes_per_device(abstract_tree, shardings, mesh) -> float:
     return total
 
 
-def report(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, float]:
-    """Prints and returns the dry-run figures for `config` on `devices` (default: all)."""
-    task = tasks.get(config.task)(config, workdir)
+def report(config: ml_collections.ConfigDict, workdir: str,
+           task_factory: Callable[[ml_collections.ConfigDict, str], Any],
+           devices=None) -> dict[str, float]:
+    """Prints and returns the dry-run figures for `config` on `devices` (default: all), for the
+    task task_factory(config, workdir) makes (loop.TaskFactory: the command layer's lookup)."""
+    task = task_factory(config, workdir)
     mesh = partitioning.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor,
                                   devices=devices)
     rules = partitioning.rules_from_config(config.mesh.rules)

@@ -1,9 +1,15 @@
-"""The one training loop every task uses: sharded init, jitted steps, eval, checkpoints, logs."""
+"""The one training loop every task uses: sharded init, jitted steps, eval, checkpoints, logs.
+
+The loop is handed its task by the command layer (zoo.commands.jobs looks config.task up in
+the task registry): the tasks import this package, so nothing here imports them.
+"""
 
 import dataclasses
 import json
 import os
 import signal
+from collections.abc import Callable
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -12,7 +18,6 @@ import numpy as np
 import optax
 from jax.experimental import multihost_utils
 
-from zoo import tasks
 from zoo.errors import ConfigError, MissingFileError, UserError
 from zoo.train import metrics as metrics_lib
 from zoo.train import checkpoint, dry_run, optim, partitioning, recipe, step
@@ -20,6 +25,10 @@ from zoo.train.checkpoint import Checkpointer, MissingParamsError
 from zoo.train.state import TrainState
 
 NONFINITE_POLICIES = ("skip", "stop")
+
+# Builds the job's task from (config, workdir): a Task subclass (the contract in tasks/base.py)
+# as the task registry returns it, or any callable returning such a task.
+TaskFactory = Callable[[ml_collections.ConfigDict, str], Any]
 
 
 class LossSpikeError(UserError, FloatingPointError):
@@ -67,7 +76,7 @@ def evaluate(task, eval_step, params, batch_sharding, predict_step=None) -> dict
 class Setup:
     """What both training and evaluation build from a config: task, mesh and sharded state."""
 
-    task: tasks.Task
+    task: Any  # a Task (tasks/base.py), made by the TaskFactory build() was given
     mesh: jax.sharding.Mesh
     rules: tuple
     optimizer: optax.GradientTransformation
@@ -76,9 +85,11 @@ class Setup:
     batch_sharding: jax.sharding.NamedSharding
 
 
-def build(config: ml_collections.ConfigDict, workdir: str, devices=None) -> Setup:
-    """Task, mesh (over `devices`, default all) and a freshly initialised state, each parameter
-    created on its own shard (a fine-tuning config's recipe settled first: recipe.resolve)."""
+def build(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFactory,
+          devices=None) -> Setup:
+    """Task (task_factory(config, workdir)), mesh (over `devices`, default all) and a freshly
+    initialised state, each parameter created on its own shard (a fine-tuning config's recipe
+    settled first: recipe.resolve)."""
     config = recipe.resolve(config)
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise ConfigError(f"--workdir={workdir} is a file, not a directory; give a directory (a "
@@ -92,7 +103,7 @@ def build(config: ml_collections.ConfigDict, workdir: str, devices=None) -> Setu
     mesh = partitioning.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor,
                                   devices=devices)
     rules = _rules(config)
-    task = tasks.get(config.task)(config, workdir)
+    task = task_factory(config, workdir)
     optimizer = optim.make_optimizer(config.optim, frozen=task.frozen_subtrees())
 
     def init_state(rng):
@@ -192,9 +203,10 @@ def _profile_window(spec: str) -> tuple[int, int] | None:
     return start, stop
 
 
-def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, float]:
-    """Trains `config.task` for config.train.steps, resuming from the latest checkpoint in
-    `workdir` if there is one. Returns the last eval summary."""
+def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFactory,
+        devices=None) -> dict[str, float]:
+    """Trains the task task_factory(config, workdir) makes for config.train.steps, resuming from
+    the latest checkpoint in `workdir` if there is one. Returns the last eval summary."""
     config = recipe.resolve(config)
     train_cfg = config.train
     if train_cfg.nonfinite not in NONFINITE_POLICIES:
@@ -202,8 +214,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[s
                           f"got {train_cfg.nonfinite!r}")
     profile = _profile_window(train_cfg.profile_steps)
     if train_cfg.dry_run:
-        return dry_run.report(config, workdir, devices)
-    setup = build(config, workdir, devices)
+        return dry_run.report(config, workdir, task_factory, devices)
+    setup = build(config, workdir, task_factory, devices)
     task, batch_sharding = setup.task, setup.batch_sharding
     train_step, eval_step = make_train_step(setup, config), make_eval_step(setup)
     predict_step = make_predict_step(setup)

@@ -1,0 +1,42 @@
+"""Where a config becomes a run: config.task is looked up in zoo.tasks' registry here, and only
+here, and handed down to the loop as a task factory (zoo.train never imports zoo.tasks: the
+tasks import zoo.train). train.py, eval.py, the pipeline and the commands that read a trained
+workdir all go through these functions.
+"""
+
+import ml_collections
+
+from zoo import tasks
+from zoo.commands import evaluate as evaluation
+from zoo.train import dry_run as dry_run_lib
+from zoo.train import loop
+
+
+def make_task(config: ml_collections.ConfigDict, workdir: str):
+    """The task config.task names, built for `workdir` (a loop.TaskFactory). The loop calls it
+    where it builds the task, so an unknown config.task is reported at the same point as ever:
+    a ConfigError listing the tasks."""
+    return tasks.get(config.task)(config, workdir)
+
+
+def train(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, float]:
+    """Trains (or resumes) the job in `workdir` on `devices` (default all): zoo.train.loop.run.
+    Returns the last eval summary."""
+    return loop.run(config, workdir, make_task, devices)
+
+
+def evaluate(config: ml_collections.ConfigDict, workdir: str, devices=None
+             ) -> dict[str, float]:
+    """Evaluates the latest checkpoint in `workdir` (zoo.commands.evaluate.run)."""
+    return evaluation.run(config, workdir, make_task, devices)
+
+
+def build(config: ml_collections.ConfigDict, workdir: str, devices=None) -> loop.Setup:
+    """The job's task, mesh and freshly initialised sharded state (zoo.train.loop.build), e.g.
+    as the restore target of a trained workdir's checkpoint."""
+    return loop.build(config, workdir, make_task, devices)
+
+
+def dry_run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, float]:
+    """The job's mesh, per-device memory and FLOPs from shapes alone (zoo.train.dry_run)."""
+    return dry_run_lib.report(config, workdir, make_task, devices)
