@@ -2,6 +2,7 @@
 zoo.commands.cli): no traceback, exit status 1; ZOO_DEBUG=1 shows the traceback; any other error
 keeps it."""
 
+import importlib
 import json
 import os
 import re
@@ -128,6 +129,18 @@ def test_parse_flags_returns_the_config():
     fv = _flag_values(argv)
     assert cli.parse_flags(fv, argv) == ["prog"]
     assert fv.config.train.steps == 7
+
+
+@pytest.mark.parametrize("command", ["attention_maps", "word2vec_query"])
+@pytest.mark.parametrize("flag", ["--help", "-h", "--helpfull"])
+def test_a_command_with_flags_of_its_own_prints_its_help(command, flag, capsys):
+    """python -m zoo.commands.<command> --help: the usage (its docstring) and its flags on
+    stdout, exit status 0, before any config or workdir is read."""
+    module = importlib.import_module(f"zoo.commands.{command}")
+    assert _exit_code(lambda: module.main([command, flag, "--config=configs/nope.py"])) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(module.__doc__.strip().splitlines()[0])
+    assert f"python -m zoo.commands.{command}" in out and "  --workdir: " in out
 
 
 # ---- real commands ---------------------------------------------------------------------------

@@ -473,6 +473,7 @@ def _flags(argv: Sequence[str]):
                         "./attention with --pretrained).", flag_values=fv)
     flags.DEFINE_list("layers", None, "Layer indices to draw (default all).", flag_values=fv)
     flags.DEFINE_list("heads", None, "Head indices to draw (default all).", flag_values=fv)
+    cli.exit_if_help(fv, argv, __doc__)
     cli.parse_flags(fv, argv)  # a mistake is one UserError, not absl's traceback
     return fv
 

@@ -87,6 +87,18 @@ def parse_flags(fv: flags.FlagValues, argv: Sequence[str]) -> list[str]:
     return remaining
 
 
+_HELP = ("-h", "-?", "-help", "--help", "-helpshort", "--helpshort", "-helpfull", "--helpfull")
+
+
+def exit_if_help(fv: flags.FlagValues, argv: Sequence[str], usage: str) -> None:
+    """For a command with flags of its own (app.run gives only absl's FLAGS a --help): --help
+    (-h, --helpshort, --helpfull) prints `usage` and the flags on stdout, then exits 0."""
+    if any(arg in _HELP for arg in argv[1:]):
+        print(f"{usage.strip()}\n\nflags:{fv.get_help(include_special_flags=False)}",
+              flush=True)
+        sys.exit(0)
+
+
 def _parse_global_flags(argv: Sequence[str]) -> list[str]:
     """parse_flags on absl's FLAGS, reported as absl reports a flag error (and exit 1)."""
     try:

@@ -159,6 +159,7 @@ def _flags(argv: Sequence[str]):
                         flag_values=fv)
     flags.DEFINE_bool("binary", False, "--export in the binary word2vec format.",
                       flag_values=fv)
+    cli.exit_if_help(fv, argv, __doc__)
     cli.parse_flags(fv, argv)  # a mistake is one UserError, not absl's traceback
     return fv
 
