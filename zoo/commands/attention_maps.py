@@ -219,7 +219,7 @@ def bert_maps(config: bert.BertConfig, bert_params: Any, tokenizer: Any, text: s
     Args:
       config: the encoder's config.
       bert_params: the BertModel params (a head model's params['bert']).
-      tokenizer: the model's tokenizer (zoo.data.tokenizers.Tokenizer).
+      tokenizer: the model's tokenizer (zoo.data.tokenizers.base.Tokenizer).
       text: sentence A.
       text_b: sentence B (segment 1), or None for a single sentence.
 
@@ -305,7 +305,7 @@ def translation_maps(model: transformer.EncoderDecoder, params: Any, tokenizer: 
     Args:
       model, params: the EncoderDecoder and its parameters.
       tokenizer: its (joint) SentencePiece tokenizer.
-      source: the sentence to translate; encoded as x [EOS], as zoo.data.parallel does.
+      source: the sentence to translate; encoded as x [EOS], as zoo.data.readers.parallel does.
       target: its translation; None translates greedily (zoo.models.transformer.translate).
 
     Returns:
@@ -363,7 +363,7 @@ def alignment_maps(model: seq2seq.Seq2Seq, params: Any, tokenizer: Any, source: 
     Args:
       model, params: the Seq2Seq (attention other than 'none') and its parameters.
       tokenizer: its joint SentencePiece tokenizer.
-      source: the sentence to translate; encoded as x [EOS], as zoo.data.parallel does.
+      source: the sentence to translate; encoded as x [EOS], as zoo.data.readers.parallel does.
       target: its translation; None translates greedily first, into at most max_len - 1 tokens
         (default |x| + 50, zoo.models.transformer.translate's limit).
 

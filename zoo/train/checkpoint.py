@@ -69,7 +69,8 @@ def _restore_iterator(directory: str, iterator) -> None:
 
     Written by another process count, the position still applies when every process saved the
     same one: zoo's pipelines keep one global order and cut each global batch by process (see
-    zoo.data.batching), so their state is the global batch index, not a per-process cursor.
+    zoo.data.pipelines.batching), so their state is the global batch index, not a per-process
+    cursor.
     """
     index, count = jax.process_index(), jax.process_count()
     own = os.path.join(directory, f"process_{index}-of-{count}.json")
