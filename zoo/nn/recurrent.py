@@ -5,7 +5,13 @@ Layout. Every cell splits its work in two, because the input half has no time de
 * `project(w, x)` multiplies *all* time steps by the input kernel in one einsum (a large,
   efficient matmul that runs before the recurrence), giving pre-activations `(T, B, G, H)`;
 * `step(w, carry, xp_t)` is the only work left inside the recurrence: one `(B, H) @ (H, G, H)`
-  matmul plus element-wise gate maths.
+  matmul (`hp_t`, of `hidden(carry)`) plus element-wise gate maths, `gates(w, carry, xp_t, hp_t)`.
+
+`RNN` runs both under one `jax.custom_vjp` (`_layer`): its backward pass is a reverse scan that
+carries only the state's cotangent, and every weight gradient is one matmul over all T B rows
+after the loop (autodiff of the scan adds an (H, B) @ (B, G, H) product into dU at every step).
+The cells' one-step API (`weights` / `project` / `step`) stays for decoders that feed one token
+at a time and for zoo.models.rnnlm's scan with state resets.
 
 `weights(in_features)` is the cell's single parameter-owning method: it creates / fetches the
 parameters once and casts the kernels to the compute dtype, and `RNN` then runs a plain
@@ -172,6 +178,21 @@ class _Cell(nn.Module):
             preferred_element_type=self.carry_dtype,
         )
 
+    # Whether `gates` reads xp_t and hp_t only through their sum (LSTM, Elman; not GRU, whose
+    # reset gate multiplies the recurrent half alone). The backward pass of `RNN` then keeps one
+    # (T, B, G, H) residual and one gradient for both halves instead of two.
+    additive = True
+
+    @nn.nowrap
+    def hidden(self, carry: Carry) -> Array:
+        """The part of the carry the recurrent kernel reads: h (B, H)."""
+        return carry
+
+    @nn.nowrap
+    def step(self, w: dict[str, Array], carry: Carry, xp_t: Array) -> tuple[Carry, Array]:
+        """Recurrent half: (carry, xp_t (B, G, H)) -> (new carry, h_t (B, H) in `carry_dtype`)."""
+        return self.gates(w, carry, xp_t, self._recurrent(w, self.hidden(carry)))
+
     def __call__(self, carry: Carry, x_t: Array) -> tuple[Carry, Array]:
         """One time step from raw inputs: x_t (B, D) -> (new carry, h_t (B, H) in `dtype`).
 
@@ -199,9 +220,10 @@ class SimpleRNNCell(_Cell):
         return self._kernels(in_features, nn.initializers.zeros_init())
 
     @nn.nowrap
-    def step(self, w: dict[str, Array], carry: Array, xp_t: Array) -> tuple[Array, Array]:
-        """Recurrent half: (h_{t-1} (B, H), xp_t (B, 1, H)) -> (h_t, h_t)."""
-        h = self.activation(xp_t[:, 0].astype(self.carry_dtype) + self._recurrent(w, carry)[:, 0])
+    def gates(self, w: dict[str, Array], carry: Array, xp_t: Array, hp_t: Array):
+        """Element-wise half: (h_{t-1}, xp_t, hp_t = h_{t-1} U, each (B, 1, H)) -> (h_t, h_t)."""
+        del w, carry
+        h = self.activation(xp_t[:, 0].astype(self.carry_dtype) + hp_t[:, 0])
         return h, h
 
     @nn.nowrap
@@ -256,26 +278,40 @@ class LSTMCell(_Cell):
         return w
 
     @nn.nowrap
-    def step(self, w: dict[str, Array], carry: tuple[Array, Array], xp_t: Array):
-        """Recurrent half: ((c, h), xp_t (B, G, H)) -> ((c_t, h_t), h_t)."""
-        c, h = carry
-        z = xp_t.astype(self.carry_dtype) + self._recurrent(w, h)  # (B, G, H)
-        gate = self._gate
-        f_pre, g_pre, o_pre = z[:, gate["f"]], z[:, gate["g"]], z[:, gate["o"]]
+    def hidden(self, carry: tuple[Array, Array]) -> Array:
+        """h of the (c, h) carry: what the recurrent kernel reads."""
+        return carry[1]
+
+    @nn.nowrap
+    def gates(self, w: dict[str, Array], carry: tuple[Array, Array], xp_t: Array, hp_t: Array):
+        """Element-wise half: ((c, h), xp_t, hp_t = h U, each (B, G, H)) -> ((c_t, h_t), h_t)."""
+        c, _ = carry
+        z = xp_t.astype(self.carry_dtype) + hp_t  # (B, G, H) pre-activations
+        g_idx, n = self._gate["g"], self.num_gates
+        # o is the last gate in both layouts; with peepholes it reads c_t, so it waits for c_t.
+        first = n - 1 if self.peephole else n
+        pre = z[:, :first]
         if self.peephole:
-            f_pre = f_pre + w["peephole_forget"] * c
-        f = jax.nn.sigmoid(f_pre)
-        if self.coupled:
-            i = 1.0 - f
+            # i, f lead the layout (coupled: f alone); their peepholes read c_{t-1}.
+            names = ("forget",) if self.coupled else ("input", "forget")
+            peep = jnp.stack([w[f"peephole_{name}"] for name in names])  # (k, H)
+            k = len(names)
+            pre = jnp.concatenate([pre[:, :k] + peep * c[:, None], pre[:, k:]], axis=1)
+        # One sigmoid over all gates at once, the candidate included through
+        # tanh(x) = 2 sigmoid(2x) - 1. Why: XLA:CPU vectorises a fused loop that calls one
+        # transcendental function, but falls back to scalar calls when the same function is
+        # called at several sites of one fusion; three sigmoids + a tanh in one fusion measured
+        # 5-10x slower per element than this (benchmarks.step, LSTM n 128 d 256).
+        scale = jnp.ones((first, 1), z.dtype).at[g_idx].set(2.0)
+        acts = [a[:, 0] for a in jnp.split(jax.nn.sigmoid(pre * scale), first, axis=1)]
+        f = acts[self._gate["f"]]
+        i = 1.0 - f if self.coupled else acts[self._gate["i"]]
+        c_new = f * c + i * (2.0 * acts[g_idx] - 1.0)
+        if self.peephole:
+            o = jax.nn.sigmoid(z[:, -1] + w["peephole_output"] * c_new)
         else:
-            i_pre = z[:, gate["i"]]
-            if self.peephole:
-                i_pre = i_pre + w["peephole_input"] * c
-            i = jax.nn.sigmoid(i_pre)
-        c_new = f * c + i * jnp.tanh(g_pre)
-        if self.peephole:
-            o_pre = o_pre + w["peephole_output"] * c_new
-        h_new = jax.nn.sigmoid(o_pre) * jnp.tanh(c_new)
+            o = acts[-1]
+        h_new = o * jnp.tanh(c_new)
         return (c_new, h_new), h_new
 
     @nn.nowrap
@@ -298,6 +334,7 @@ class GRUCell(_Cell):
     """
 
     num_gates = 3
+    additive = False  # r multiplies the recurrent half of n alone
 
     @nn.compact
     def weights(self, in_features: int) -> dict[str, Array]:
@@ -311,13 +348,13 @@ class GRUCell(_Cell):
         return w
 
     @nn.nowrap
-    def step(self, w: dict[str, Array], carry: Array, xp_t: Array) -> tuple[Array, Array]:
-        """Recurrent half: (h_{t-1} (B, H), xp_t (B, 3, H)) -> (h_t, h_t)."""
+    def gates(self, w: dict[str, Array], carry: Array, xp_t: Array, hp_t: Array):
+        """Element-wise half: (h_{t-1}, xp_t, hp_t = h_{t-1} U, each (B, 3, H)) -> (h_t, h_t)."""
         h = carry
         xp = xp_t.astype(self.carry_dtype)
-        hp = self._recurrent(w, h) + w["recurrent_bias"]  # (B, 3, H)
-        r = jax.nn.sigmoid(xp[:, 0] + hp[:, 0])
-        z = jax.nn.sigmoid(xp[:, 1] + hp[:, 1])
+        hp = hp_t + w["recurrent_bias"]  # (B, 3, H)
+        # r and z in one sigmoid (see LSTMCell.gates for why one call per fusion).
+        r, z = (a[:, 0] for a in jnp.split(jax.nn.sigmoid(xp[:, :2] + hp[:, :2]), 2, axis=1))
         n = jnp.tanh(xp[:, 2] + r * hp[:, 2])
         h_new = (1.0 - z) * n + z * h
         return h_new, h_new
@@ -369,7 +406,8 @@ class RNN(nn.Module):
       reverse: read each sequence from its last valid position to its first.
       peephole, coupled: LSTM variants (see `LSTMCell`).
       activation: the Elman cell's nonlinearity.
-      unroll: steps per `lax.scan` iteration (a speed knob for accelerators; results are equal).
+      unroll: steps per `lax.scan` iteration, forward and backward (results are equal). 1 by
+        default: on XLA:CPU 2 and 4 measured no faster (benchmarks.step, LSTM n 128 d 256).
     """
 
     hidden_size: int
@@ -414,40 +452,166 @@ class RNN(nn.Module):
             name="cell",
         )
         w = cell.weights(features)  # fetched and cast once, outside the loop
-        # One big matmul for every step's input half: (B, T, D) -> (T, B, G, H).
-        xp = cell.project(w, x, time_major=True)
-        xp = nn.with_logical_constraint(xp, ("act_len", "act_batch", None, "act_rnn_hidden"))
-
         if initial_carry is None:
             carry = cell.initialize_carry(batch)
         else:
             carry = jax.tree.map(lambda c: jnp.asarray(c, cell.carry_dtype), initial_carry)
-
-        if lengths is None:
-
-            def body(carry, xp_t):
-                carry, h = cell.step(w, carry, xp_t)
-                return carry, h.astype(self.dtype)
-
-            xs = xp
-        else:
-            # (T, B): step t is real for sequence b iff t < lengths[b]. Reading backward
-            # (lax.scan reverse), steps >= length come first and leave the initial carry
-            # untouched, so each sequence effectively starts at its own position length-1.
-            valid = jnp.arange(steps)[:, None] < jnp.asarray(lengths)[None, :]
-
-            def body(carry, inputs):
-                xp_t, valid_t = inputs
-                new_carry, h = cell.step(w, carry, xp_t)
-                keep = valid_t[:, None]  # (B, 1)
-                new_carry = jax.tree.map(lambda n, o: jnp.where(keep, n, o), new_carry, carry)
-                return new_carry, jnp.where(keep, h, 0).astype(self.dtype)
-
-            xs = (xp, valid)
-
-        carry, outputs = jax.lax.scan(body, carry, xs, reverse=self.reverse, unroll=self.unroll)
-        outputs = jnp.swapaxes(outputs, 0, 1)  # (T, B, H) -> (B, T, H)
+        # (T, B): step t is real for sequence b iff t < lengths[b].
+        valid = None if lengths is None else (
+            jnp.arange(steps)[:, None] < jnp.asarray(lengths)[None, :])
+        layer = _layer(cell, self.reverse, self.unroll, x.dtype)
+        carry, outputs = layer(w, x, carry, valid)
         return nn.with_logical_constraint(outputs, _OUT_AXES), carry
+
+
+def _masked_gates(cell: _Cell, valid_t: Array | None):
+    """`cell.gates` where a padded step (valid_t False) keeps its carry and outputs zeros."""
+
+    def gates(w, carry, xp_t, hp_t):
+        new, h = cell.gates(w, carry, xp_t, hp_t)
+        if valid_t is None:
+            return new, h
+        keep = valid_t[:, None]  # (B, 1)
+        new = jax.tree.map(lambda n, o: jnp.where(keep, n, o), new, carry)
+        return new, jnp.where(keep, h, 0)
+
+    return gates
+
+
+def _split_weights(w: dict[str, Array]):
+    """(input kernel, recurrent kernel, bias, the element-wise rest: peepholes, GRU's b_h)."""
+    rest = {k: v for k, v in w.items() if k not in ("input_kernel", "recurrent_kernel", "bias")}
+    return w["input_kernel"], w["recurrent_kernel"], w["bias"], rest
+
+
+def _project(cell: _Cell, kernel: Array, x: Array) -> tuple[Array, Array]:
+    """x (B, T, D) -> (x time-major (T, B, D) in `dtype`, x W (T, B, G, H), bias not added).
+
+    Time-major first (a (B, T, D) copy, D-wide) so the projection, and in the backward pass dW
+    and dx, are plain (T B, D) matmuls with no (T, B, G, H) transpose around them.
+    """
+    xt = jnp.swapaxes(x, 0, 1).astype(cell.dtype)
+    xp = jnp.einsum("tbd,dgh->tbgh", xt, kernel, preferred_element_type=cell.carry_dtype)
+    xp = nn.with_logical_constraint(
+        xp.astype(cell.dtype), ("act_len", "act_batch", None, "act_rnn_hidden"))
+    return xt, xp
+
+
+def _layer(cell: _Cell, reverse: bool, unroll: int, x_dtype: Dtype):
+    """The whole layer as one function of (weights, x (B, T, D), carry0, valid (T, B) | None)
+    -> (final carry, outputs (B, T, H) in `dtype`), with a hand-written VJP.
+
+    Forward: the input projection for all steps, then a `lax.scan` whose body is the one
+    (B, H) @ (H, G, H) matmul plus the cell's element-wise gates (the bias is added there,
+    fused, instead of in a separate pass over (T, B, G, H)).
+
+    Backward: autodiff of that scan would, in every reverse step, also multiply (H, B) by
+    (B, G, H) and add it into a (H, G, H) accumulator for dU, and transpose U for dh (measured:
+    the loop body re-copied U each step). Here the reverse scan only carries the state's
+    cotangent (one (B, G H) @ (G H, H) matmul and the gates' VJP per step) and stacks the gate
+    pre-activation gradients dZ (T, B, G, H); every weight gradient is then ONE large matmul
+    over all T B rows after the loop: dU = H_prev^T dZ, dW = X^T dZ, dx = dZ W^T, db = sum dZ.
+
+    Residuals: the carries after every step (their shift is the carry entering each step) and
+    the gate pre-activations z = x W + b + h U (additive cells) or x W and h U separately (GRU).
+    """
+
+    def forward_scan(w, xp, carry0, valid, keep_residuals):
+        _, kernel_hh, bias, rest = _split_weights(w)
+
+        def body(carry, inputs):
+            xp_t, valid_t = inputs
+            xb = xp_t.astype(cell.carry_dtype) + bias  # (B, G, H)
+            hp = cell._recurrent({"recurrent_kernel": kernel_hh}, cell.hidden(carry))
+            new, h = _masked_gates(cell, valid_t)(rest, carry, xb, hp)
+            if not keep_residuals:
+                return new, h.astype(cell.dtype)
+            return new, (new, xb + hp if cell.additive else hp)
+
+        return jax.lax.scan(body, carry0, (xp, valid), reverse=reverse, unroll=unroll)
+
+    def outputs_of(carries, valid):
+        h = cell.hidden(carries)  # (T, B, H): a padded step holds the carry, its output is 0
+        if valid is not None:
+            h = jnp.where(valid[:, :, None], h, 0)
+        return h.astype(cell.dtype)
+
+    @jax.custom_vjp
+    def layer(w, x, carry0, valid):
+        _, xp = _project(cell, w["input_kernel"], x)
+        carry, outputs = forward_scan(w, xp, carry0, valid, keep_residuals=False)
+        return carry, jnp.swapaxes(outputs, 0, 1)  # (T, B, H) -> (B, T, H)
+
+    def layer_fwd(w, x, carry0, valid):
+        xt, xp = _project(cell, w["input_kernel"], x)
+        carry, (carries, pre) = forward_scan(w, xp, carry0, valid, keep_residuals=True)
+        outputs = jnp.swapaxes(outputs_of(carries, valid), 0, 1)
+        # The carry entering each step: the carries shifted one step against the reading order.
+        if reverse:
+            prev = jax.tree.map(lambda s, c: jnp.concatenate([s, c[None]])[1:], carries, carry0)
+        else:
+            prev = jax.tree.map(lambda s, c: jnp.concatenate([c[None], s])[:-1], carries, carry0)
+        pre = pre if cell.additive else (xp, pre)
+        return (carry, outputs), (w, xt, pre, prev, valid)
+
+    def layer_bwd(res, cotangents):
+        w, xt, pre, prev, valid = res
+        d_carry, d_out = cotangents
+        kernel_ih, kernel_hh, bias, rest = _split_weights(w)
+        d_out = jnp.swapaxes(d_out, 0, 1).astype(cell.carry_dtype)  # (T, B, H)
+        steps, batch = d_out.shape[:2]
+        hidden = kernel_hh.shape[0]
+        # (G H, H), transposed once here: left to XLA, the transpose was redone every step.
+        kernel_hh_t = kernel_hh.reshape(hidden, -1).T
+
+        def body(state, inputs):
+            d_carry, d_rest = state
+            d_out_t, prev_t, pre_t, valid_t = inputs
+            gates = _masked_gates(cell, valid_t)
+            if cell.additive:  # pre_t = z = xb + hp: one cotangent serves both halves
+                _, vjp = jax.vjp(lambda r, c, z: gates(r, c, z, jnp.zeros_like(z)),
+                                 rest, prev_t, pre_t)
+                d_rest_t, d_prev, d_z = vjp((d_carry, d_out_t))
+                d_xb = d_hp = d_z
+            else:
+                xp_t, hp_t = pre_t
+                xb = xp_t.astype(cell.carry_dtype) + bias
+                _, vjp = jax.vjp(gates, rest, prev_t, xb, hp_t)
+                d_rest_t, d_prev, d_xb, d_hp = vjp((d_carry, d_out_t))
+            # dh_{t-1} from h_{t-1} U: (B, G H) @ (G H, H), in the matmul dtype as autodiff would.
+            d_h = jnp.dot(d_hp.reshape(batch, -1).astype(cell.dtype), kernel_hh_t,
+                          preferred_element_type=cell.carry_dtype)
+            _, hidden_vjp = jax.vjp(cell.hidden, prev_t)
+            d_prev = jax.tree.map(jnp.add, d_prev, hidden_vjp(d_h)[0])
+            d_rest = jax.tree.map(jnp.add, d_rest, d_rest_t)
+            return (d_prev, d_rest), (d_xb if cell.additive else (d_xb, d_hp))
+
+        state = (d_carry, jax.tree.map(jnp.zeros_like, rest))
+        (d_carry0, d_rest), d_pre = jax.lax.scan(
+            body, state, (d_out, prev, pre, valid), reverse=not reverse, unroll=unroll)
+        d_xb, d_hp = (d_pre, d_pre) if cell.additive else d_pre
+
+        # Every weight gradient as one matmul over all T B rows, in the matmul dtype.
+        rows = steps * batch
+        d_xb2 = d_xb.reshape(rows, -1).astype(cell.dtype)  # (T B, G H)
+        d_hp2 = d_hp.reshape(rows, -1).astype(cell.dtype)
+        h_prev = cell.hidden(prev).reshape(rows, hidden).astype(cell.dtype)  # (T B, H)
+
+        def matmul(a, b):
+            return jnp.dot(a, b, preferred_element_type=cell.carry_dtype)
+
+        d_w = dict(jax.tree.map(lambda g, p: g.astype(p.dtype), d_rest, rest))
+        d_w["input_kernel"] = matmul(xt.reshape(rows, -1).T, d_xb2).reshape(
+            kernel_ih.shape).astype(kernel_ih.dtype)
+        d_w["recurrent_kernel"] = matmul(h_prev.T, d_hp2).reshape(
+            kernel_hh.shape).astype(kernel_hh.dtype)
+        d_w["bias"] = d_xb.reshape(rows, -1).sum(0).reshape(bias.shape).astype(bias.dtype)
+        d_x = matmul(d_xb2, kernel_ih.reshape(kernel_ih.shape[0], -1).T)  # (T B, D)
+        d_x = jnp.swapaxes(d_x.reshape(steps, batch, -1), 0, 1).astype(x_dtype)
+        return d_w, d_x, d_carry0, None
+
+    layer.defvjp(layer_fwd, layer_bwd)
+    return layer
 
 
 class Bidirectional(nn.Module):
