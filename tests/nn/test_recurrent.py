@@ -2,13 +2,15 @@ import functools
 
 import flax.linen as nn
 import jax
+import jax.experimental.rnn
 import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from zoo.nn import recurrent
+from zoo.errors import ConfigError
+from zoo.nn import cudnn_lstm, recurrent
 from zoo.nn.recurrent import RNN, Bidirectional, StackedRNN
 from zoo.train import partitioning
 
@@ -558,3 +560,71 @@ def test_custom_vjp_in_bfloat16_tracks_autodiff(cell):
         a, e = np.asarray(a, np.float32), np.asarray(e, np.float32)
         # bf16 matmul inputs either way; only the accumulation order differs.
         np.testing.assert_allclose(a, e, rtol=0, atol=3e-2 * np.abs(e).max())
+
+
+# ---------------------------------------------------------------- the cuDNN backend
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cudnn_packing_runs_jax_reference_lstm_equal_to_the_scan(reverse):
+    # No GPU here: the packed vector goes through jax.experimental.rnn's own unpacking and its
+    # plain-XLA reference LSTM (`reference=True`), which must reproduce the scan backend:
+    # outputs, final carries (a length-0 row included), and gradients back to our parameters.
+    lengths = jnp.array([5, 2, 0])
+    rng = np.random.default_rng(6)
+    x = jnp.asarray(rng.normal(size=(3, T, D)), jnp.float32)
+    model = RNN(hidden_size=H, cell="lstm", reverse=reverse)
+    params = _random_params(model, x, lengths=lengths)
+    init = tuple(jnp.asarray(rng.normal(size=(3, H)), jnp.float32) for _ in range(2))
+    out_weights = jnp.asarray(rng.normal(size=(3, T, H)), jnp.float32)
+
+    def loss_scan(p):
+        out, (c, h) = model.apply({"params": p}, x, lengths, init)
+        return jnp.sum(out * out_weights) + jnp.sum(jnp.sin(c)) + jnp.sum(h**3), (out, (c, h))
+
+    def loss_cudnn_reference(p):
+        (c, h), out = cudnn_lstm.lstm(p["cell"], x, init, lengths, reverse=reverse,
+                                      reference=True)
+        return jnp.sum(out * out_weights) + jnp.sum(jnp.sin(c)) + jnp.sum(h**3), (out, (c, h))
+
+    g_scan, (out, carry) = jax.jit(jax.grad(loss_scan, has_aux=True))(params)
+    g_ref, (ref_out, ref_carry) = jax.jit(jax.grad(loss_cudnn_reference, has_aux=True))(params)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-5, atol=1e-6)
+    _assert_tree_close(carry, jax.tree.map(np.asarray, ref_carry))
+    jax.tree.map(lambda a, e: np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5), g_scan, g_ref)
+    jax.tree.map(lambda c, c0: np.testing.assert_array_equal(c[2], c0[2]), carry, init)  # length 0
+
+
+def test_cudnn_weight_layout_is_torch_lstm_flat():
+    # jax.experimental.rnn documents cuDNN's vector as torch.nn.LSTM's tensors, flattened in
+    # order with the double bias: [weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0].
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(D, H, batch_first=True)
+    sd = {k: v.detach().numpy() for k, v in ref.state_dict().items()}
+    ours = {
+        "input_kernel": sd["weight_ih_l0"].reshape(4, H, D).transpose(2, 0, 1),
+        "recurrent_kernel": sd["weight_hh_l0"].reshape(4, H, H).transpose(2, 0, 1),
+        "bias": (sd["bias_ih_l0"] + sd["bias_hh_l0"]).reshape(4, H),
+    }
+    flat = cudnn_lstm.pack_weights(**{k: jnp.asarray(v) for k, v in ours.items()})
+    expected = np.concatenate([sd["weight_ih_l0"].ravel(), sd["weight_hh_l0"].ravel(),
+                               sd["bias_ih_l0"] + sd["bias_hh_l0"], np.zeros(4 * H)])
+    assert flat.shape == (jax.experimental.rnn.get_num_params_in_lstm(D, H, 1, False),)
+    np.testing.assert_allclose(flat, expected, rtol=1e-6)
+
+
+def test_cudnn_backend_says_what_it_cannot_run():
+    x = _inputs()
+    key = jax.random.key(0)
+    assert jax.default_backend() == "cpu"
+    with pytest.raises(ConfigError, match="cudnn RNN needs a GPU"):
+        jax.eval_shape(RNN(hidden_size=H, backend="cudnn").init, key, x)
+    with pytest.raises(ConfigError, match="plain LSTM only"):
+        jax.eval_shape(RNN(hidden_size=H, cell="gru", backend="cudnn").init, key, x)
+    with pytest.raises(ConfigError, match="plain LSTM only"):
+        jax.eval_shape(RNN(hidden_size=H, peephole=True, backend="cudnn").init, key, x)
+    with pytest.raises(ConfigError, match="float32 only"):
+        jax.eval_shape(RNN(hidden_size=H, dtype=jnp.bfloat16, backend="cudnn").init, key, x)
+    with pytest.raises(ConfigError, match="backend must be one of"):
+        jax.eval_shape(RNN(hidden_size=H, backend="cuda").init, key, x)
