@@ -201,10 +201,12 @@ def time_transformer(family: str, config: BertConfig | GPTConfig, batch: dict[st
             "attention": model.config._attn_implementation}
 
 
-def time_lstm(batch: int, steps: int, features: int, *, device: str = "cpu",
-              warmup: int = 1, repeats: int = 5) -> dict[str, Any]:
-    """Forward (no_grad) and forward + backward (d sum(outputs) / d params, inputs) times of a
-    one-layer torch.nn.LSTM on (batch, steps, features) float32 inputs, hidden = features."""
+def lstm_calls(batch: int, steps: int, features: int, *, device: str = "cpu"
+               ) -> dict[str, Any]:
+    """A one-layer torch.nn.LSTM on (batch, steps, features) float32 inputs, hidden = features,
+    as calls to time: forward (no_grad) and forward + backward (d sum(outputs) / d params,
+    inputs), each ending with a device sync. benchmarks.step times them call by call,
+    alternating with ours (`time_lstm` times them alone)."""
     import torch
 
     torch.manual_seed(0)
@@ -214,13 +216,27 @@ def time_lstm(batch: int, steps: int, features: int, *, device: str = "cpu",
 
     def forward():
         with torch.no_grad():
-            return lstm(x)[0]
+            lstm(x)[0]
+        sync()
 
     def forward_backward():
         lstm.zero_grad(set_to_none=True)
         xg = x.detach().requires_grad_()
         lstm(xg)[0].sum().backward()
+        sync()
 
-    return {"name": "torch.nn.LSTM", "params": num_params(lstm),
-            "forward": _time(forward, sync, warmup, repeats),
-            "train": _time(forward_backward, sync, warmup, repeats)}
+    return {"name": "torch.nn.LSTM", "params": num_params(lstm), "forward": forward,
+            "train": forward_backward}
+
+
+def time_lstm(batch: int, steps: int, features: int, *, device: str = "cpu",
+              warmup: int = 1, repeats: int = 5) -> dict[str, Any]:
+    """Forward and forward + backward times of `lstm_calls`, timed alone."""
+    calls = lstm_calls(batch, steps, features, device=device)
+
+    def no_sync():
+        return None
+
+    return {"name": calls["name"], "params": calls["params"],
+            "forward": _time(calls["forward"], no_sync, warmup, repeats),
+            "train": _time(calls["train"], no_sync, warmup, repeats)}

@@ -4,6 +4,7 @@ same models in PyTorch (Hugging Face transformers) and our LSTM beside torch.nn.
     python -m benchmarks.step --quick    # 2-core CPU, a few minutes: tiny/small at seq 64, 128
     python -m benchmarks.step --full     # GPU: BERT base/large, GPT-2 124M/355M at 128/512/1024
     python -m benchmarks.step --quick --models gpt --sizes tiny --seq-lens 64 --profile /tmp/tr
+    python -m benchmarks.step --quick --models none --lstm 128x256   # the LSTM beside torch only
 
 What is timed is the step train.py runs: the task's own loss (zoo.tasks.mlm_nsp /
 zoo.tasks.lm, subclassed only to replace the corpus by random token batches of the right
@@ -34,8 +35,10 @@ run into the results already there (a preset split over commands with a time lim
 import argparse
 import dataclasses
 import os
+import statistics
 import time
 import types
+from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
@@ -94,14 +97,16 @@ SIZES: dict[str, dict[str, Size]] = {
 }
 # Each preset: its models, sizes (each model runs those it defines), sequence lengths, tokens
 # per batch (batch = tokens // seq_len unless --batch), timed steps, compute dtype, the LSTM
-# (steps n, width d) shapes and batch, and the square matmul the MFU is also measured against.
+# (steps n, width d) shapes, batch and timed calls per side, and the square matmul the MFU is
+# also measured against.
 PRESETS = {
     "quick": dict(models=("bert", "gpt"), sizes=("tiny", "small"), seq_lens=(64, 128),
                   tokens=512, steps=3, dtype="float32", lstm=((64, 128), (128, 256)),
-                  lstm_batch=16, matmul=1024),
+                  lstm_batch=16, lstm_repeats=10, matmul=1024),
     "full": dict(models=("bert", "gpt"), sizes=("base", "large", "124M", "355M"),
                  seq_lens=(128, 512, 1024), tokens=8192, steps=10, dtype="bfloat16",
-                 lstm=((128, 512), (512, 1024), (1024, 1024)), lstm_batch=64, matmul=8192),
+                 lstm=((128, 512), (512, 1024), (1024, 1024)), lstm_batch=64, lstm_repeats=10,
+                 matmul=8192),
 }
 
 
@@ -291,11 +296,29 @@ def bench_transformer(model: str, size: str, seq_len: int, batch: int, *, dtype:
     return records, row
 
 
+def time_alternating(calls: dict[str, Callable[[], Any]], *, warmup: int, repeats: int
+                     ) -> dict[str, dict[str, float]]:
+    """Median and minimum wall seconds of each call, timed in turns (a, b, a, b, ...): on a
+    shared machine a load change then hits every side alike, which timing one side's repeats
+    and then the other's does not. Each call must block until its result is ready."""
+    for _ in range(warmup):
+        for call in calls.values():
+            call()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: {"median_s": statistics.median(t), "min_s": min(t), "repeats": repeats}
+            for name, t in times.items()}
+
+
 def bench_lstm(batch: int, steps_n: int, width: int, *, repeats: int, warmup: int,
                peer_device: str | None) -> tuple[list[dict], dict]:
     """Our one-layer LSTM (zoo.nn.recurrent.RNN, float32) on (batch, n, d) inputs: forward and
     forward + backward (gradients of sum(outputs) w.r.t. params and inputs), beside
-    torch.nn.LSTM."""
+    torch.nn.LSTM, the two timed in turns, call by call (`time_alternating`)."""
     rnn = RNN(hidden_size=width, cell="lstm")
     x = jax.random.normal(jax.random.key(0), (batch, steps_n, width), jnp.float32)
     params = nn.unbox(jax.jit(rnn.init)(jax.random.key(1), x))["params"]
@@ -303,26 +326,32 @@ def bench_lstm(batch: int, steps_n: int, width: int, *, repeats: int, warmup: in
     def forward(p, inputs):
         return rnn.apply({"params": p}, inputs)[0]  # (B, n, d)
 
+    forward_jit = jax.jit(forward)
     backward = jax.jit(jax.grad(lambda p, inputs: forward(p, inputs).sum(), argnums=(0, 1)))
-    forward_t = machine.time_call(jax.jit(forward), params, x, warmup=warmup, repeats=repeats)
-    train_t = machine.time_call(backward, params, x, warmup=warmup, repeats=repeats)
+    calls = {"forward": lambda: jax.block_until_ready(forward_jit(params, x)),
+             "train": lambda: jax.block_until_ready(backward(params, x))}
+    theirs = None
+    if peer_device is not None:
+        theirs = peers.lstm_calls(batch, steps_n, width, device=peer_device)
+        calls |= {"peer_forward": theirs["forward"], "peer_train": theirs["train"]}
+    t = time_alternating(calls, warmup=warmup, repeats=repeats)
     key = dict(batch=batch, n=steps_n, d=width)
-    records = [dict(key, kind="lstm_forward", **forward_t),
-               dict(key, kind="lstm_train", **train_t)]
-    row = dict(key, params=count_params(params), forward_s=forward_t["median_s"],
-               train_s=train_t["median_s"])
-    if peer_device is None:
+    records = [dict(key, kind="lstm_forward", **t["forward"]),
+               dict(key, kind="lstm_train", **t["train"])]
+    # The 1-minute load average: a 2-core box shared with test suites slows both sides, and
+    # torch's OpenMP threads far more than XLA's when oversubscribed.
+    row = dict(key, params=count_params(params), forward_s=t["forward"]["median_s"],
+               train_s=t["train"]["median_s"], load_avg_1m=os.getloadavg()[0])
+    if theirs is None:
         return records, row
-    theirs = peers.time_lstm(batch, steps_n, width, device=peer_device, warmup=warmup,
-                             repeats=repeats)
-    records += [dict(key, kind="peer_lstm_forward", peer=theirs["name"], **theirs["forward"]),
-                dict(key, kind="peer_lstm_train", peer=theirs["name"], **theirs["train"])]
+    records += [dict(key, kind="peer_lstm_forward", peer=theirs["name"], **t["peer_forward"]),
+                dict(key, kind="peer_lstm_train", peer=theirs["name"], **t["peer_train"])]
     row["peer"] = dict(
         name=theirs["name"], params=theirs["params"],
-        forward_s=theirs["forward"]["median_s"], train_s=theirs["train"]["median_s"],
-        forward_ratio=_ratio(forward_t["median_s"], theirs["forward"]["median_s"]),
-        train_ratio=_ratio(train_t["median_s"], theirs["train"]["median_s"]),
-        train_ratio_min=_ratio(train_t["min_s"], theirs["train"]["min_s"]),
+        forward_s=t["peer_forward"]["median_s"], train_s=t["peer_train"]["median_s"],
+        forward_ratio=_ratio(t["forward"]["median_s"], t["peer_forward"]["median_s"]),
+        train_ratio=_ratio(t["train"]["median_s"], t["peer_train"]["median_s"]),
+        train_ratio_min=_ratio(t["train"]["min_s"], t["peer_train"]["min_s"]),
     )
     return records, row
 
@@ -359,7 +388,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     preset.add_argument("--full", action="store_true",
                         help="GPU preset: BERT base/large, GPT-2 124M/355M, seq 128/512/1024, "
                              "bfloat16")
-    parser.add_argument("--models", help="comma-separated: bert,gpt")
+    parser.add_argument("--models", help="comma-separated: bert,gpt ('none': the LSTM only)")
     parser.add_argument("--sizes", help=f"comma-separated; each model runs those it has: "
                         f"{ {m: list(s) for m, s in SIZES.items()} }")
     parser.add_argument("--seq-lens", help="comma-separated sequence lengths")
@@ -369,6 +398,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps before timing")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), help="compute dtype")
     parser.add_argument("--lstm", help="LSTM shapes STEPSxWIDTH,... ('none' to skip)")
+    parser.add_argument("--lstm-repeats", type=int,
+                        help="timed LSTM calls per side, ours and torch's in turns "
+                             "(default: the preset's)")
     parser.add_argument("--profile", metavar="DIR",
                         help="write a jax.profiler trace of 3 steps per config under DIR")
     parser.add_argument("--no-peers", action="store_true", help="skip the PyTorch peers")
@@ -380,21 +412,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     args.preset = "full" if args.full else "quick"
     p = PRESETS[args.preset]
-    args.models = tuple(args.models.split(",")) if args.models else p["models"]
+    if args.models == "none":
+        args.models = ()
+    else:
+        args.models = tuple(args.models.split(",")) if args.models else p["models"]
     args.sizes = tuple(args.sizes.split(",")) if args.sizes else p["sizes"]
     args.seq_lens = _ints(args.seq_lens, "--seq-lens") if args.seq_lens else p["seq_lens"]
     args.steps = args.steps or p["steps"]
     args.dtype = args.dtype or p["dtype"]
     args.lstm = p["lstm"] if args.lstm is None else _lstm_shapes(args.lstm)
+    args.lstm_repeats = args.lstm_repeats or p["lstm_repeats"]
     if args.batch is not None and args.batch < 1:
         raise ConfigError(f"--batch={args.batch} must be >= 1")
-    if args.steps < 1 or args.warmup < 0:
-        raise ConfigError(f"--steps={args.steps} must be >= 1 and --warmup={args.warmup} >= 0")
+    if args.steps < 1 or args.warmup < 0 or args.lstm_repeats < 1:
+        raise ConfigError(f"--steps={args.steps} and --lstm-repeats={args.lstm_repeats} must "
+                          f"be >= 1 and --warmup={args.warmup} >= 0")
     for model in args.models:
         if model not in SIZES:
             raise ConfigError(f"--models: unknown model {model!r}; choose from {list(SIZES)}")
     unknown = [s for s in args.sizes if not any(s in SIZES[m] for m in args.models)]
-    if unknown:
+    if unknown and args.models:
         raise ConfigError(f"--sizes: no selected model has {unknown}; sizes: "
                          f"{ {m: list(SIZES[m]) for m in args.models} }")
     return args
@@ -450,10 +487,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for steps_n, width in args.lstm:
         batch = args.batch or PRESETS[args.preset]["lstm_batch"]
         print(f"lstm n {steps_n} d {width} batch {batch} ...", flush=True)
-        new, row = bench_lstm(batch, steps_n, width, repeats=args.steps, warmup=args.warmup,
-                              peer_device=peer_device)
+        new, row = bench_lstm(batch, steps_n, width, repeats=args.lstm_repeats,
+                              warmup=args.warmup, peer_device=peer_device)
         if peer_device is None:
             row["peer"] = {"skipped": reason}
+        print("  " + step_report.lstm_line(row), flush=True)
         records += new
         lstm_rows.append(row)
     summary.update(configs=rows, lstm=lstm_rows,

@@ -32,6 +32,18 @@ def row_line(row: dict[str, Any]) -> str:
     return line
 
 
+def lstm_line(row: dict[str, Any]) -> str:
+    """One console line for an LSTM row."""
+    line = (f"fwd {_ms(row['forward_s'])} ms, fwd+bwd {_ms(row['train_s'])} ms "
+            f"(load {row['load_avg_1m']:.2f})")
+    peer = row.get("peer", {})
+    if "train_ratio" in peer:
+        line += (f"; torch fwd {_ms(peer['forward_s'])} ms, fwd+bwd {_ms(peer['train_s'])} ms; "
+                 f"ours/torch fwd {peer['forward_ratio']:.2f}, fwd+bwd {peer['train_ratio']:.2f} "
+                 f"(best vs best {peer['train_ratio_min']:.2f})")
+    return line
+
+
 _CONFIG_HEADER = (
     "| model | size | seq | batch | params | tokens/s | step ms | compile s | fwd ms | MFU spec "
     "| MFU vs matmul | HF tokens/s | step ours/HF | best step ours/HF | fwd ours/HF |\n"
@@ -39,8 +51,8 @@ _CONFIG_HEADER = (
 )
 _LSTM_HEADER = (
     "| batch | steps n | width d | fwd ms | fwd+bwd ms | torch fwd ms | torch fwd+bwd ms "
-    "| fwd ours/torch | fwd+bwd ours/torch | best fwd+bwd ours/torch |\n"
-    "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    "| fwd ours/torch | fwd+bwd ours/torch | best fwd+bwd ours/torch | load (1 min) |\n"
+    "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 )
 
 
@@ -92,7 +104,7 @@ def markdown(summary: dict[str, Any]) -> str:
                 f"| {r['batch']} | {r['n']} | {r['d']} | {_ms(r['forward_s'])} | "
                 f"{_ms(r['train_s'])} | {_ms(p.get('forward_s'))} | {_ms(p.get('train_s'))} | "
                 f"{_num(p.get('forward_ratio'), '.3g')} | {_num(p.get('train_ratio'), '.3g')} | "
-                f"{_num(p.get('train_ratio_min'), '.3g')} |")
+                f"{_num(p.get('train_ratio_min'), '.3g')} | {_num(r.get('load_avg_1m'), '.2f')} |")
     return "\n".join(lines) + "\n"
 
 

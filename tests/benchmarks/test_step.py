@@ -165,6 +165,22 @@ def test_bad_arguments_say_what_is_wrong():
         step.parse_args(["--models", "gpt", "--sizes", "base"])
     with pytest.raises(ValueError, match="--lstm"):
         step.parse_args(["--lstm", "64by128"])
+    with pytest.raises(ValueError, match="--lstm-repeats"):
+        step.parse_args(["--lstm-repeats", "-1"])
+
+
+def test_models_none_runs_the_lstm_alone():
+    args = step.parse_args(["--models", "none", "--lstm", "128x256"])
+    assert args.models == () and args.lstm == ((128, 256),)
+    assert args.lstm_repeats == step.PRESETS["quick"]["lstm_repeats"]
+
+
+def test_lstm_sides_are_timed_in_turns():
+    order = []
+    calls = {name: (lambda name=name: order.append(name)) for name in ("ours", "theirs")}
+    t = step.time_alternating(calls, warmup=1, repeats=3)
+    assert order == ["ours", "theirs"] * 4  # warm-up, then turn by turn: a load change hits both
+    assert t["ours"]["repeats"] == 3 and t["theirs"]["min_s"] <= t["theirs"]["median_s"]
 
 
 @pytest.mark.parametrize("model,vocab", [("bert", 2048), ("gpt", 1024)])
