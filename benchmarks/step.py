@@ -494,7 +494,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print("  " + step_report.lstm_line(row), flush=True)
         records += new
         lstm_rows.append(row)
-    summary.update(configs=rows, lstm=lstm_rows,
+    summary.update(configs=rows, lstm=lstm_rows, lstm_repeats=args.lstm_repeats,
                    wall_s=time.perf_counter() - started)
     if args.append:
         summary, records = step_report.merge(out, summary, records)

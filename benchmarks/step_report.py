@@ -96,8 +96,10 @@ def markdown(summary: dict[str, Any]) -> str:
             f"{_num(p.get('step_ratio'), '.3g')} | {_num(p.get('step_ratio_min'), '.3g')} | "
             f"{_num(p.get('forward_ratio'), '.3g')} |")
     if s["lstm"]:
+        timing = ("" if s.get("lstm_repeats") is None else
+                  f", median of {s['lstm_repeats']} calls per side, ours and torch's in turns")
         lines += ["", ("LSTM, one layer, float32, hidden = width (ours: zoo.nn.recurrent.RNN; "
-                       "torch.nn.LSTM batch_first):"), "", _LSTM_HEADER]
+                       f"torch.nn.LSTM batch_first){timing}:"), "", _LSTM_HEADER]
         for r in s["lstm"]:
             p = r.get("peer", {})
             lines.append(
@@ -153,10 +155,14 @@ def merge(out: str, summary: dict[str, Any], records: list[dict]
         new = {key(r) for r in summary[name]}
         return [r for r in old[name] if key(r) not in new] + summary[name]
 
-    merged = dict(summary,
+    # A run that timed no transformer config (--models none) keeps the earlier header: the
+    # matmul rate and the peers' versions are what the kept configs were measured with.
+    header = old if old["configs"] and not summary["configs"] else summary
+    merged = dict(header,
                   configs=rows("configs", lambda r: (r["model"], r["size"], r["seq_len"])),
                   lstm=rows("lstm", lambda r: (r["batch"], r["n"], r["d"])),
                   flops_formulas={**old["flops_formulas"], **summary["flops_formulas"]},
+                  lstm_repeats=summary.get("lstm_repeats"),
                   wall_s=old["wall_s"] + summary["wall_s"])
     with open(os.path.join(out, "step.jsonl")) as f:
         earlier = [json.loads(line) for line in f if line.strip()]

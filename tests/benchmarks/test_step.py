@@ -153,6 +153,11 @@ def test_append_merges_a_run_into_earlier_results(tmp_path):
     assert [r["kind"] for r in records] == ["machine", "train_step", "forward"]
     with pytest.raises(ValueError, match="--append: .*dtype"):
         step_report.merge(str(tmp_path), dict(later, dtype="float32"), [])
+    # An LSTM-only run (--models none) keeps the header the kept configs were measured with.
+    lstm_only = dict(run([], 1.0), matmul_flops=2.0, lstm=[dict(batch=1, n=2, d=3)])
+    summary, _ = step_report.merge(str(tmp_path), lstm_only, [])
+    assert "matmul_flops" not in summary and summary["lstm"] == lstm_only["lstm"]
+    assert len(summary["configs"]) == 2
 
 
 def test_peers_are_skipped_with_a_reason_without_torch(monkeypatch):
