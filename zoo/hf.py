@@ -99,7 +99,8 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any
         files; or google-research's bert_config.json, <prefix>.index + <prefix>.data-*,
         vocab.txt (see the module docstring).
       **overrides: config choices the checkpoint does not make (dropout_rate,
-        attention_dropout_rate, backend, scan_layers, remat, dtype, param_dtype), as in
+        attention_dropout_rate, backend, attention_block, attention_window, scan_layers, remat,
+        dtype, param_dtype), as in
         zoo.convert.bert.config_from_hf / zoo.convert.gpt2.config_from_hf.
 
     Returns:

@@ -9,7 +9,7 @@ from zoo.nn.attention import MultiHeadAttention
 
 B, T, S, D, DKV, H = 2, 5, 6, 8, 6, 2
 RTOL, ATOL = 1e-5, 1e-6
-BACKENDS = ["einsum", "dot_product"]
+BACKENDS = ["einsum", "dot_product", "blockwise"]
 
 
 def _randomised(variables, seed):
@@ -189,7 +189,8 @@ def test_dropout_only_when_not_deterministic_and_reproducible(backend):
     x, _, mask, _ = _self_case(seed=10)
     m = MultiHeadAttention(num_heads=H, dropout_rate=0.5, backend=backend)
     variables = m.init(jax.random.key(5), x)
-    no_drop = MultiHeadAttention(num_heads=H, dropout_rate=0.0).apply(variables, x, mask=mask)
+    no_drop = MultiHeadAttention(num_heads=H, dropout_rate=0.0, backend=backend).apply(
+        variables, x, mask=mask)
     np.testing.assert_array_equal(m.apply(variables, x, mask=mask, deterministic=True), no_drop)
     run = lambda seed: m.apply(variables, x, mask=mask, deterministic=False,
                                rngs={"dropout": jax.random.key(seed)})

@@ -112,3 +112,51 @@ def test_masked_softmax_zero_rows_and_finite_gradient():
     grad = jax.grad(lambda x: jnp.sum(masks.masked_softmax(x, mask) ** 2))(logits)
     assert np.all(np.isfinite(grad))
     np.testing.assert_array_equal(np.asarray(grad)[0, 1], 0.0)  # a fully-masked row is inert
+
+
+# ---- MaskSpec: the same masks, described ----------------------------------------------------
+
+
+def test_mask_spec_dense_equals_the_builders():
+    segments = jnp.array([[1, 1, 2, 2, 2, 0], [3, 3, 3, 3, 0, 0]])
+    valid = segments != 0
+    spec = masks.MaskSpec.self_attention(segments, causal=True, packed=True)
+    want = masks.combine_masks(masks.causal_mask(6, batch=2), masks.segment_mask(segments))
+    np.testing.assert_array_equal(spec.dense(6, 6), want)
+    np.testing.assert_array_equal(masks.MaskSpec.self_attention(valid).dense(6, 6),
+                                  masks.padding_mask(valid))
+    np.testing.assert_array_equal(masks.MaskSpec.self_attention(causal=True).dense(3, 5),
+                                  masks.causal_mask(3, 5))
+    k_valid = jnp.array([[1, 1, 1, 0], [1, 0, 0, 0]], bool)
+    np.testing.assert_array_equal(masks.MaskSpec.key_padding(k_valid).dense(2, 4),
+                                  jnp.broadcast_to(k_valid[:, None, None, :], (2, 1, 2, 4)))
+
+
+def test_mask_spec_window_by_hand():
+    both = np.asarray(masks.MaskSpec.self_attention(window=(2, 1)).dense(5, 5))[0, 0]
+    i, j = np.indices((5, 5))
+    np.testing.assert_array_equal(both, (j >= i - 2) & (j <= i + 1))
+    causal = np.asarray(masks.MaskSpec.self_attention(causal=True, window=2).dense(5, 5))[0, 0]
+    np.testing.assert_array_equal(causal, (j >= i - 2) & (j <= i))
+    # A single number without causal is that many keys either side.
+    assert masks.MaskSpec.self_attention(window=3).window == (3, 3)
+
+
+def test_mask_spec_queries_with_a_key():
+    segments = jnp.array([[1, 1, 0], [2, 0, 0]])
+    spec = masks.MaskSpec.self_attention(segments, causal=True)
+    np.testing.assert_array_equal(spec.query_has_key(3, 3), segments != 0)
+    keys = masks.MaskSpec.key_padding(jnp.array([[1, 0], [0, 0]], bool))
+    np.testing.assert_array_equal(keys.query_has_key(3, 2), [[True], [False]])
+    assert masks.MaskSpec.self_attention(causal=True).query_has_key(4, 4) is None
+
+
+def test_mask_spec_bad_inputs():
+    with pytest.raises(ValueError, match="window"):
+        masks.MaskSpec.self_attention(window=(-1, 2))
+    with pytest.raises(ValueError, match="int or bool"):
+        masks.MaskSpec.self_attention(jnp.ones((2, 3), jnp.float32))
+    with pytest.raises(ValueError, match="length 3"):
+        masks.MaskSpec.self_attention(jnp.ones((2, 3), jnp.int32)).dense(4, 4)
+    with pytest.raises(ValueError, match="q_len <= k_len"):
+        masks.MaskSpec.self_attention(causal=True).dense(5, 4)

@@ -20,7 +20,8 @@ import jax.numpy as jnp
 
 from zoo.errors import ConfigError
 from zoo.models import config_checks
-from zoo.nn import masks
+from zoo.nn.attention import check_attention_fields
+from zoo.nn.masks import MaskSpec
 from zoo.nn.embeddings import Embed, LearnedPositionalEmbedding
 from zoo.nn.feedforward import get_activation
 from zoo.nn.linear import Dense
@@ -43,6 +44,8 @@ class BertConfig:
     attention_dropout_rate: float = 0.1
     layer_norm_epsilon: float = 1e-12
     backend: str = "einsum"
+    attention_block: int = 512
+    attention_window: int = 0
     scan_layers: bool = False
     remat: str = "none"
     dtype: str = "float32"
@@ -54,6 +57,7 @@ class BertConfig:
                 f"BertConfig: hidden_size={self.hidden_size} is not divisible by "
                 f"num_heads={self.num_heads}"
             )
+        check_attention_fields("BertConfig", self.attention_block, self.attention_window)
 
 
 # (num_layers, num_heads, hidden_size), i.e. BERT's L, A, H; intermediate_size is 4 * H.
@@ -116,12 +120,15 @@ def _dtypes(config: BertConfig) -> dict[str, Any]:
     return dict(dtype=jnp.dtype(config.dtype), param_dtype=jnp.dtype(config.param_dtype))
 
 
-def attention_mask_4d(attention_mask: jnp.ndarray) -> jnp.ndarray:
-    """[B, T] bool/int token validity (1 = real token) -> bool [B, 1, T, T] padding mask.
+def attention_spec(attention_mask: jnp.ndarray | None, window: int = 0) -> MaskSpec | None:
+    """[B, T] bool/int token validity (1 = real token) and a local window (0 = none) -> the
+    encoder's mask description (None: every token sees every token).
 
     Real tokens attend only to real tokens; padding queries attend nowhere (zero attention
     output), so nothing at a padding position can reach a real one.
     """
+    if attention_mask is None:
+        return MaskSpec.self_attention(window=window) if window else None
     attention_mask = jnp.asarray(attention_mask)
     if attention_mask.ndim != 2:
         raise ValueError(
@@ -135,7 +142,7 @@ def attention_mask_4d(attention_mask: jnp.ndarray) -> jnp.ndarray:
                 f"{attention_mask.dtype}; additive float masks are not accepted"
             )
         attention_mask = attention_mask != 0
-    return masks.padding_mask(attention_mask)
+    return MaskSpec.self_attention(attention_mask, window=window or None)
 
 
 class BertEmbeddings(nn.Module):
@@ -217,6 +224,7 @@ class BertModel(nn.Module):
             layer_norm_epsilon=cfg.layer_norm_epsilon,
             norm_position="post",
             backend=cfg.backend,
+            attention_block=cfg.attention_block,
             scan_layers=cfg.scan_layers,
             remat=cfg.remat,
             **_dtypes(cfg),
@@ -246,11 +254,11 @@ class BertModel(nn.Module):
                 f"BertModel: input_ids must be int [batch, len], got {input_ids.dtype} "
                 f"{input_ids.shape}"
             )
-        mask = None if attention_mask is None else attention_mask_4d(attention_mask)
-        if mask is not None and mask.shape[-1] != input_ids.shape[1]:
+        mask = attention_spec(attention_mask, self.config.attention_window)
+        if attention_mask is not None and mask.k_segments.shape[-1] != input_ids.shape[1]:
             raise ValueError(
-                f"BertModel: attention_mask length {mask.shape[-1]} != input_ids length "
-                f"{input_ids.shape[1]}"
+                f"BertModel: attention_mask length {mask.k_segments.shape[-1]} != input_ids "
+                f"length {input_ids.shape[1]}"
             )
         x = self.embeddings(input_ids, token_type_ids, positions, deterministic=deterministic)
         x = self.encoder(x, mask, deterministic=deterministic,

@@ -12,8 +12,9 @@ import jax.numpy as jnp
 
 from zoo.errors import ConfigError
 from zoo.models import config_checks
-from zoo.nn import masks
+from zoo.nn.attention import check_attention_fields
 from zoo.nn.embeddings import Embed, LearnedPositionalEmbedding
+from zoo.nn.masks import MaskSpec
 from zoo.nn.transformer import TransformerDecoder
 
 
@@ -29,10 +30,15 @@ class GPTConfig:
     attention_dropout_rate: float = 0.1
     layer_norm_epsilon: float = 1e-5
     backend: str = "einsum"
+    attention_block: int = 512
+    attention_window: int = 0
     scan_layers: bool = False
     remat: str = "none"
     dtype: str = "float32"
     param_dtype: str = "float32"
+
+    def __post_init__(self):
+        check_attention_fields("GPTConfig", self.attention_block, self.attention_window)
 
 
 # (num_layers, num_heads, embed_dim); mlp_dim is 4 * embed_dim as in GPT-2.
@@ -91,12 +97,14 @@ class GPT(nn.Module):
         )(embedded, positions=positions)
         x = nn.Dropout(cfg.dropout_rate)(x, deterministic=deterministic)
 
+        # Causal, within each packed document, and (attention_window > 0) only the previous
+        # attention_window tokens; in decode mode the KV cache adds the causal part itself.
+        window = cfg.attention_window or None
         if self.decode:
-            mask = None
+            mask = MaskSpec.self_attention(causal=True, window=window) if window else None
         else:
-            mask = masks.causal_mask(tokens.shape[1], batch=tokens.shape[0])
-            if segment_ids is not None:
-                mask = masks.combine_masks(mask, masks.segment_mask(segment_ids))
+            mask = MaskSpec.self_attention(segment_ids, causal=True, window=window,
+                                           packed=segment_ids is not None)
         x = TransformerDecoder(
             num_layers=cfg.num_layers,
             num_heads=cfg.num_heads,
@@ -109,6 +117,7 @@ class GPT(nn.Module):
             cross_attention=False,
             decode=self.decode,
             backend=cfg.backend,
+            attention_block=cfg.attention_block,
             scan_layers=cfg.scan_layers,
             remat=cfg.remat,
             dtype=dtype,

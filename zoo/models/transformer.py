@@ -53,6 +53,7 @@ from zoo import decoding
 from zoo.data.tokenizers.base import BOS_ID, EOS_ID, PAD_ID
 from zoo.errors import ConfigError
 from zoo.nn import masks
+from zoo.nn.attention import check_attention_fields
 from zoo.nn.embeddings import (
     Embed,
     LearnedPositionalEmbedding,
@@ -87,7 +88,9 @@ class TransformerConfig:
       norm_position: 'post' (the paper) or 'pre' (each stack then ends with a LayerNorm).
       share_embeddings: 'all', 'target' or 'none' (see the module docstring).
       positions: 'sinusoidal' (the paper) or 'learned'.
-      backend, scan_layers, remat: as zoo.nn.transformer's stacks.
+      backend, attention_block, scan_layers, remat: as zoo.nn.transformer's stacks.
+      attention_window: 0 = full attention; w > 0: each source token sees the w tokens either
+        side of it, each target token the w before it (cross-attention stays full).
       dtype, param_dtype: compute and parameter dtypes by name ('float32', 'bfloat16').
       pad_id, bos_id, eos_id: special ids; the target input starts with bos_id.
     """
@@ -109,6 +112,8 @@ class TransformerConfig:
     share_embeddings: str = "all"
     positions: str = "sinusoidal"
     backend: str = "einsum"
+    attention_block: int = 512
+    attention_window: int = 0
     scan_layers: bool = False
     remat: str = "none"
     dtype: str = "float32"
@@ -127,6 +132,7 @@ class TransformerConfig:
             raise ConfigError(
                 f"TransformerConfig: positions={self.positions!r}; use one of {POSITIONS}"
             )
+        check_attention_fields("TransformerConfig", self.attention_block, self.attention_window)
         if self.source_vocab is None or self.target_vocab is None:
             raise ValueError(
                 "TransformerConfig: pass vocab_size (one joint vocabulary) or both "
@@ -282,6 +288,7 @@ class EncoderDecoder(nn.Module):
             layer_norm_epsilon=cfg.layer_norm_epsilon,
             norm_position=cfg.norm_position,
             backend=cfg.backend,
+            attention_block=cfg.attention_block,
             scan_layers=cfg.scan_layers,
             remat=cfg.remat,
             # Glorot-uniform projections, as fairseq and the Flax WMT example.
@@ -313,8 +320,9 @@ class EncoderDecoder(nn.Module):
         source_valid = masks.valid_from_ids(source_ids, cfg.pad_id)  # (B, S)
         table = self.shared_embedding if cfg.share_embeddings == "all" else self.source_embedding
         x = self._embed(table, self.source_positions, source_ids, deterministic)
-        x = self.encoder(x, masks.padding_mask(source_valid), deterministic=deterministic,
-                         sow_weights=sow_weights)
+        window = cfg.attention_window or None
+        x = self.encoder(x, masks.MaskSpec.self_attention(source_valid, window=window),
+                         deterministic=deterministic, sow_weights=sow_weights)
         return x, source_valid
 
     def decode(self, target_input_ids: jnp.ndarray, encoded: jnp.ndarray,
@@ -345,9 +353,13 @@ class EncoderDecoder(nn.Module):
         cfg = self.config
         table = self.shared_embedding if cfg.share_embeddings == "all" else self.target_embedding
         y = self._embed(table, self.target_positions, target_input_ids, deterministic)
-        # Incremental: the KV cache adds the causal mask itself.
-        self_mask = None if self.incremental else masks.causal_mask(target_input_ids.shape[1])
-        cross_mask = source_valid[:, None, None, :]  # (B, 1, 1, S): every query, real keys only
+        # Causal (the KV cache adds that part itself when incremental), within
+        # attention_window tokens back if set; cross-attention: every query, real keys only.
+        window = cfg.attention_window or None
+        self_mask = masks.MaskSpec.self_attention(causal=True, window=window)
+        if self.incremental and window is None:
+            self_mask = None
+        cross_mask = masks.MaskSpec.key_padding(source_valid)
         y = self.decoder(y, encoded, self_mask=self_mask, cross_mask=cross_mask,
                          deterministic=deterministic, sow_weights=sow_weights)  # (B, T, d)
         if cfg.share_embeddings == "none":

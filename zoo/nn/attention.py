@@ -1,21 +1,26 @@
 """Multi-head scaled dot-product attention with a KV cache for autoregressive decoding.
 
-Two interchangeable backends compute the same function:
+Interchangeable backends compute the same function:
 
 * "einsum": logits, softmax and the weighted sum written out. It materialises the [b, h, q, k]
-  weights, so it is the path that can drop out attention weights, return them or sow them.
-* "dot_product": `jax.nn.dot_product_attention` with JAX's default implementation (XLA; jax
-  0.10 does not pick cuDNN by itself), never materialising the weights in user code.
-* "cudnn": the same call with implementation="cudnn", the cuDNN flash-attention kernel (GPU
-  only; cuDNN limits dtypes to fp16/bf16 and the mask shapes it accepts).
-Both fused backends share one code path. Whenever the weights themselves are needed (dropout on
-them, `return_weights`, `sow_weights`) the layer runs the einsum path instead: same parameters,
-same result.
+  weights, so it is the path that can return them or sow them. Memory O(q k).
+* "blockwise": exact attention over key/value blocks with an online softmax and a recomputing
+  backward pass (zoo.nn.blockwise_attention): memory O(q + k), pure JAX, every device; every
+  mask kind, bias and attention dropout.
+* "dot_product": `jax.nn.dot_product_attention` with JAX's default implementation (XLA).
+* "cudnn", "pallas_gpu", "splash": the accelerator kernels jax ships (cuDNN's fused attention
+  and Pallas flash attention on GPU, Splash attention on TPU; zoo.nn.attention_kernels says
+  which masks each takes).
+Whenever the weights themselves are needed (`return_weights`, `sow_weights`; dropout on them
+for the fused backends other than blockwise) the layer runs the einsum path instead: same
+parameters, same result.
 
-Masks are boolean (True = attend); an additive float bias is a separate argument. A query whose
-keys are all masked gets zero weights and so a zero attention output (the output projection's
-bias alone) in both backends; `jax.nn.dot_product_attention` by itself would give such rows
-uniform weights.
+Masks are boolean (True = attend) or a `MaskSpec` description (segment ids, causal, a local
+window), which the einsum and XLA backends materialise and the others evaluate block by block
+or translate into their own forms, so a long input never builds an n x n mask. An additive
+float bias is a separate argument. A query whose keys are all masked gets zero weights and so a
+zero attention output (the output projection's bias alone) in every backend;
+`jax.nn.dot_product_attention` by itself would give such rows uniform weights.
 """
 
 import functools
@@ -26,13 +31,15 @@ import jax
 import jax.numpy as jnp
 
 from zoo.errors import ConfigError
+from zoo.nn import attention_kernels
+from zoo.nn.blockwise_attention import blockwise_attention
 from zoo.nn.linear import Dense, default_kernel_init
-from zoo.nn.masks import masked_softmax
+from zoo.nn.masks import MaskSpec, masked_softmax
 
 Dtype = Any
 Initializer = Any
 
-_BACKENDS = ("einsum", "dot_product", "cudnn")
+_BACKENDS = ("einsum", "blockwise", "dot_product", "cudnn", "pallas_gpu", "splash")
 _QKV_AXES = ("act_batch", "act_len", "act_heads", "act_kv")
 
 
@@ -45,8 +52,11 @@ class MultiHeadAttention(nn.Module):
       out_features: output width; default the inputs_q width.
       dropout_rate: dropout on the attention weights (training only, 'dropout' rng).
       use_bias: biases on the q/k/v/out projections.
-      backend: "einsum", "dot_product" (`jax.nn.dot_product_attention`) or "cudnn" (its
-        cuDNN flash kernel, GPU only).
+      backend: "einsum", "blockwise" (O(n) memory, any device), "dot_product"
+        (`jax.nn.dot_product_attention`), "cudnn" (its cuDNN kernel), "pallas_gpu" or "splash"
+        (the Pallas kernels for GPU / TPU).
+      block_q, block_k: query / key block sizes of the blockwise and Pallas backends.
+      interpret: run the Pallas kernels in interpret mode (on CPU, for tests).
       decode: autoregressive decoding with a KV cache in the 'cache' collection. `init` with a
         full-length input creates the cache (its length is the maximum length); each later
         `apply(..., mutable=['cache'])` with a chunk of L >= 1 new tokens writes their keys and
@@ -64,6 +74,9 @@ class MultiHeadAttention(nn.Module):
     dropout_rate: float = 0.0
     use_bias: bool = True
     backend: str = "einsum"
+    block_q: int = 512
+    block_k: int = 512
+    interpret: bool = False
     decode: bool = False
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
@@ -78,7 +91,8 @@ class MultiHeadAttention(nn.Module):
           inputs_q: queries [b, q, d].
           inputs_kv: keys/values source [b, k, d_kv]; None attends over inputs_q.
           mask: bool broadcastable to [b, h, q, k], True = attend (in decode mode k is the cache
-            length). Combined with the cache's causal mask in decode mode.
+            length; combined with the cache's causal mask), or a MaskSpec describing it (not in
+            decode mode).
           bias: float broadcastable to [b, h, q, k] (k the cache length in decode mode), added
             to the float32 logits (relative position biases, ALiBi). Keep it finite:
             exclusions belong in `mask`.
@@ -108,10 +122,16 @@ class MultiHeadAttention(nn.Module):
         out_features = self.out_features or features
         self_attention = inputs_kv is None
         inputs_kv = inputs_q if self_attention else inputs_kv
-        mask = None if mask is None else jnp.asarray(mask)
+        spec = mask if isinstance(mask, MaskSpec) else None
+        mask = None if mask is None or spec is not None else jnp.asarray(mask)
         if mask is not None and mask.dtype != jnp.bool_:
             raise ValueError(f"MultiHeadAttention: mask must be boolean (True = attend), got "
                              f"{mask.dtype}; pass additive float masks as `bias`")
+        if (spec is not None and self.decode and self_attention
+                and spec.k_segments is not None):
+            raise ValueError("MultiHeadAttention(decode=True): the cache builds its causal mask "
+                             "itself; pass padding as a dense mask, and a MaskSpec only for a "
+                             "local window")
 
         proj = functools.partial(
             Dense, features=(self.num_heads, head_dim), kernel_axes=("embed", "heads", "kv"),
@@ -126,19 +146,28 @@ class MultiHeadAttention(nn.Module):
         value = nn.with_logical_constraint(value, _QKV_AXES)
 
         if self.decode and self_attention:
-            key, value, mask = self._update_cache(key, value, mask)
+            key, value, mask, spec = self._update_cache(key, value, mask, spec)
 
         mask = _as_4d(mask)
         bias = None if bias is None else _as_4d(jnp.asarray(bias, jnp.float32))
         dropout = not deterministic and self.dropout_rate > 0.0
-        need_weights = dropout or return_weights or sow_weights
+        einsum = (self.backend == "einsum" or return_weights or sow_weights
+                  or (dropout and self.backend != "blockwise"))
         weights = None
-        if self.backend != "einsum" and not need_weights:
-            out = self._fused(query, key, value, mask, bias)
-        else:
+        if einsum:
+            if spec is not None:
+                mask = spec.dense(query.shape[1], key.shape[1])
             out, weights = self._einsum(query, key, value, mask, bias, dropout)
             if sow_weights:
                 self.sow("intermediates", "attention_weights", weights)
+        elif self.backend == "blockwise":
+            out = blockwise_attention(
+                query, key, value, spec=spec, mask=mask, bias=bias,
+                dropout_rate=self.dropout_rate if dropout else 0.0,
+                dropout_rng=self.make_rng("dropout") if dropout else None,
+                block_q=self.block_q, block_k=self.block_k)
+        else:
+            out = self._fused(query, key, value, spec, mask, bias)
 
         out = Dense(
             out_features, ("heads", "kv", "embed"), num_in=2, use_bias=self.use_bias,
@@ -165,11 +194,21 @@ class MultiHeadAttention(nn.Module):
         out = jnp.einsum("bhts,bshd->bthd", weights, value)  # (B, T, H, D)
         return out, weights
 
-    def _fused(self, query, key, value, mask, bias):
-        implementation = "cudnn" if self.backend == "cudnn" else None
-        out = jax.nn.dot_product_attention(
-            query, key, value, bias=bias, mask=mask, implementation=implementation
-        )  # (B, T, H, D)
+    def _fused(self, query, key, value, spec, mask, bias):
+        if self.backend == "cudnn":
+            return attention_kernels.cudnn_attention(query, key, value, spec=spec, mask=mask,
+                                                     bias=bias)
+        if self.backend == "pallas_gpu":
+            return attention_kernels.pallas_gpu_attention(
+                query, key, value, spec=spec, mask=mask, bias=bias, interpret=self.interpret,
+                block_q=min(self.block_q, 128), block_k=min(self.block_k, 128))
+        if self.backend == "splash":
+            return attention_kernels.splash_attention(
+                query, key, value, spec=spec, mask=mask, bias=bias, block_q=self.block_q,
+                block_k=self.block_k, interpret=self.interpret)
+        if spec is not None:
+            mask = spec.dense(query.shape[1], key.shape[1])
+        out = jax.nn.dot_product_attention(query, key, value, bias=bias, mask=mask)  # (B, T, H, D)
         if mask is None:
             return out
         # The fused kernel gives a fully-masked row uniform weights (every logit equally -big);
@@ -178,15 +217,16 @@ class MultiHeadAttention(nn.Module):
         any_key = jnp.broadcast_to(any_key, (out.shape[0], out.shape[2], out.shape[1]))
         return jnp.where(jnp.swapaxes(any_key, 1, 2)[..., None], out, 0).astype(out.dtype)
 
-    def _update_cache(self, key, value, mask):
-        """Writes this chunk's key/value into the cache; returns the full cache and its mask."""
+    def _update_cache(self, key, value, mask, spec):
+        """Writes this chunk's key/value into the cache; returns the full cache and its mask
+        (a MaskSpec's local window applied to the cached positions, the spec then spent)."""
         is_initialized = self.has_variable("cache", "cached_key")
         cached_key = self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
         cached_value = self.variable("cache", "cached_value", jnp.zeros, value.shape, value.dtype)
         cache_index = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
         if not is_initialized:
             # `init`: the input's length defines the cache; attend over the input as given.
-            return key, value, mask
+            return key, value, mask, spec
         batch, max_len, heads, head_dim = cached_key.value.shape
         chunk = key.shape[1]
         if key.shape != (batch, chunk, heads, head_dim) or chunk > max_len:
@@ -205,10 +245,24 @@ class MultiHeadAttention(nn.Module):
         # Chunk query i sits at position index + i and sees cached positions j <= index + i;
         # positions not yet written (j > index + L - 1) are therefore never attended.
         positions = jnp.arange(max_len)[None, :]  # (1, max_len)
-        causal = positions <= index + jnp.arange(chunk)[:, None]  # (L, max_len)
+        query_positions = index + jnp.arange(chunk)[:, None]  # (L, 1)
+        causal = positions <= query_positions  # (L, max_len)
+        left = None if spec is None else spec.window_bounds[0]
+        if left is not None:
+            causal &= positions >= query_positions - left
         causal = causal[None, None]  # (1, 1, L, max_len)
         mask = causal if mask is None else jnp.logical_and(_as_4d(mask), causal)
-        return cached_key.value, cached_value.value, mask
+        return cached_key.value, cached_value.value, mask, None
+
+
+def check_attention_fields(owner: str, block: int, window: int) -> None:
+    """A model config's attention_block (>= 1) and attention_window (0 = none, else >= 1)."""
+    if block < 1:
+        raise ConfigError(f"{owner}: attention_block={block}; the blockwise and Pallas "
+                          "backends need a block size >= 1 (512 is a good default)")
+    if window < 0:
+        raise ConfigError(f"{owner}: attention_window={window}; use 0 (full attention) or the "
+                          "number of tokens each token sees on a side")
 
 
 def _as_4d(x):

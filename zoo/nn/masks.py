@@ -1,14 +1,21 @@
-"""Boolean attention masks, shape [batch, 1, q_len, k_len], True = the query may attend the key.
+"""Attention masks: described (`MaskSpec`) or materialised (boolean [batch, 1, q_len, k_len]).
 
 Masks are built once at the top of a model and passed down; the singleton axis 1 broadcasts over
 heads. They stay boolean all the way to the softmax: an additive -inf/-1e9 bias goes in the
 separate `bias` argument of the attention layers, never in a mask, so a wrong kind of mask fails
 loudly instead of silently attending everywhere.
+
+A dense mask is O(q x k): at 16k tokens one batch row is 256 MB of booleans before a single
+logit exists. Models therefore pass a `MaskSpec` — segment ids (padding, packing), causal, a
+local window — which is O(q + k), and each attention backend builds what it needs from it: the
+einsum backend the dense mask, the blockwise backend one block at a time (skipping blocks the
+description excludes), the accelerator kernels their own mask forms.
 """
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from flax import struct
 
 
 def valid_from_ids(ids, pad_id: int = 0) -> jnp.ndarray:
@@ -112,3 +119,149 @@ def _bool(x, name: str, ndim: int | None = None) -> jnp.ndarray:
     if ndim is not None and x.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dims [batch, len], got shape {x.shape}")
     return x
+
+
+@struct.dataclass
+class MaskSpec:
+    """Which keys each query may attend, described in O(q + k) instead of a [b, 1, q, k] array.
+
+    Query i of q_len sits at position i + (k_len - q_len) of the key sequence (the queries are
+    the last q_len positions, as `causal_mask`; q_len == k_len in plain self-attention). Query i
+    may attend key j when every given condition holds:
+
+    * segments: `k_segments` [b, k_len] int, 0 = padding (never attended). With query segment
+      ids too — `q_segments` [b, q_len], or the keys' own when `same_sequence`
+      (self-attention) — also q_segment[i] == k_segments[j] (packed documents; a padding
+      query attends nothing); without them every query sees every real key
+      (cross-attention over a padded source).
+    * causal: j <= position(i).
+    * window (left, right): position(i) - left <= j <= position(i) + right (a local window,
+      as `jax.nn.dot_product_attention`'s local_window_size; with causal, right is 0).
+
+    `packed` says the segment ids may be anything, not just 1 = token / 0 = trailing padding;
+    kernels that take padding as sequence lengths (cuDNN) need packed=False.
+    """
+
+    q_segments: jax.Array | None = None
+    k_segments: jax.Array | None = None
+    same_sequence: bool = struct.field(pytree_node=False, default=False)
+    causal: bool = struct.field(pytree_node=False, default=False)
+    window: tuple[int, int] | None = struct.field(pytree_node=False, default=None)
+    packed: bool = struct.field(pytree_node=False, default=False)
+
+    def __post_init__(self):
+        if self.window is not None:
+            left, right = self.window
+            if left < 0 or right < 0:
+                raise ValueError(f"MaskSpec: window=(left, right) must be >= 0, got {self.window}")
+
+    @classmethod
+    def self_attention(cls, segments=None, *, causal: bool = False, window=None,
+                       packed: bool = False) -> "MaskSpec":
+        """Queries and keys are one sequence: `segments` [b, len] int/bool (0 / False = padding;
+        packed documents when `packed`), optionally causal and / or windowed."""
+        segments = None if segments is None else _segments(segments, "segments")
+        return cls(None, segments, same_sequence=segments is not None, causal=causal,
+                   window=_window(window, causal), packed=packed)
+
+    @classmethod
+    def key_padding(cls, k_valid) -> "MaskSpec":
+        """Every query attends every real key: `k_valid` [b, k_len] bool / int (cross-attention
+        over a padded source)."""
+        return cls(None, _segments(k_valid, "k_valid"))
+
+    @property
+    def query_segments(self) -> jax.Array | None:
+        """The queries' segment ids [b, q_len] (None: queries are not restricted)."""
+        return self.k_segments if self.same_sequence else self.q_segments
+
+    @property
+    def window_bounds(self) -> tuple[int | None, int | None]:
+        """(left, right) reach of a query, None = unbounded; causal makes right 0."""
+        left, right = self.window if self.window is not None else (None, None)
+        if self.causal:
+            right = 0 if right is None else min(right, 0)
+        return left, right
+
+    def dense(self, q_len: int, k_len: int) -> jnp.ndarray:
+        """The mask materialised: bool [b|1, 1, q_len, k_len] (short inputs and tests only)."""
+        self.check(q_len, k_len)
+        return block_mask(jnp.arange(q_len), jnp.arange(k_len), q_len, k_len,
+                          self.window_bounds, self.query_segments, self.k_segments)
+
+    def query_has_key(self, q_len: int, k_len: int) -> jnp.ndarray | None:
+        """Bool [b|1, q_len]: which queries see at least one key (None: all of them). The
+        fused kernels give a query without keys uniform weights or garbage; callers zero it.
+        O(q + k) for self-attention and key padding; other combinations materialise."""
+        if self.k_segments is None:
+            return None  # causal / window reach the query's own position, always a key
+        if self.same_sequence and q_len == k_len:
+            return self.k_segments != 0  # a real query sees itself
+        if self.query_segments is None and not self.causal and self.window is None:
+            return jnp.any(self.k_segments != 0, axis=-1, keepdims=True)  # (b, 1)
+        return jnp.any(self.dense(q_len, k_len), axis=-1)[:, 0]  # (b, q)
+
+    def check(self, q_len: int, k_len: int) -> None:
+        """Raises ValueError when the segment ids do not fit the attention's lengths."""
+        for name, seg, n in (("query segments", self.query_segments, q_len),
+                             ("k_segments", self.k_segments, k_len)):
+            if seg is not None and seg.shape[-1] != n:
+                raise ValueError(f"MaskSpec: {name} has length {seg.shape[-1]} but the attention "
+                                 f"has {n} {'queries' if name[0] == 'q' else 'keys'}")
+        if (self.causal or self.window is not None) and k_len < q_len:
+            raise ValueError(f"MaskSpec: a causal or windowed mask needs q_len <= k_len, got "
+                             f"{q_len} queries and {k_len} keys")
+
+
+def block_mask(q_pos, k_pos, q_len: int, k_len: int, window_bounds, q_seg=None, k_seg=None):
+    """One block of a described mask: bool [b|1, 1, bq, bk].
+
+    Args:
+      q_pos, k_pos: int [bq] / [bk], the block's query and key indices (of q_len / k_len;
+        indices past the lengths are block padding and masked).
+      window_bounds: MaskSpec.window_bounds, (left, right) with None = unbounded.
+      q_seg, k_seg: the block's segment ids [b, bq] / [b, bk], or None (as MaskSpec's fields).
+    """
+    left, right = window_bounds
+    q_abs = q_pos + (k_len - q_len)  # (bq,) positions in the key sequence
+    keep = (k_pos < k_len)[None, :] & (q_pos < q_len)[:, None]  # (bq, bk)
+    if right is not None:
+        keep &= k_pos[None, :] <= q_abs[:, None] + right
+    if left is not None:
+        keep &= k_pos[None, :] >= q_abs[:, None] - left
+    keep = keep[None, None]  # (1, 1, bq, bk)
+    if k_seg is not None:
+        real_k = (k_seg != 0)[:, None, None, :]  # (b, 1, 1, bk)
+        keep = keep & real_k
+        if q_seg is not None:
+            keep = keep & (q_seg[:, None, :, None] == k_seg[:, None, None, :])
+    return keep
+
+
+def _segments(x, name: str) -> jnp.ndarray:
+    x = jnp.asarray(x)
+    if x.ndim != 2:
+        raise ValueError(f"MaskSpec: {name} must be [batch, len], got shape {x.shape}")
+    if x.dtype == jnp.bool_:
+        return x.astype(jnp.int32)
+    if not jnp.issubdtype(x.dtype, jnp.integer):
+        raise ValueError(f"MaskSpec: {name} must be int or bool (0 = padding), got {x.dtype}")
+    return x
+
+
+def _window(window, causal: bool):
+    if window is None:
+        return None
+    if isinstance(window, int):
+        # One number: that many keys either side, or (with causal) that many before.
+        return (window, 0 if causal else window)
+    left, right = (int(w) for w in window)
+    return (left, right)
+
+
+def materialise(mask, q_len: int, k_len: int):
+    """A mask argument as attention layers take it (None, a bool array or a MaskSpec) as a
+    dense bool array or None."""
+    if isinstance(mask, MaskSpec):
+        return mask.dense(q_len, k_len)
+    return mask

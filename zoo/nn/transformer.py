@@ -81,7 +81,8 @@ class LayerSettings(nn.Module):
       mlp_dropout_rate: dropout on the feed-forward hidden activations (0 in BERT and GPT-2).
       layer_norm_epsilon: LayerNorm epsilon (BERT 1e-12, GPT-2 1e-5, Transformer 1e-6).
       norm_position: 'post' (Transformer, BERT) or 'pre' (GPT-2).
-      backend: attention backend, as MultiHeadAttention.backend ('einsum', 'dot_product', ...).
+      backend: attention backend, as MultiHeadAttention.backend ('einsum', 'blockwise', ...).
+      attention_block: query / key block size of the blockwise and Pallas backends.
       use_bias: biases in the attention and feed-forward projections.
       dtype, param_dtype: compute and parameter dtypes.
       kernel_init: initializer of every projection kernel.
@@ -98,6 +99,7 @@ class LayerSettings(nn.Module):
     layer_norm_epsilon: float = 1e-6
     norm_position: str = "post"
     backend: str = "einsum"
+    attention_block: int = 512
     use_bias: bool = True
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
@@ -132,7 +134,7 @@ class EncoderLayer(LayerSettings):
         deterministic: bool = True,
         sow_weights: bool = False,
     ) -> jnp.ndarray:
-        """x [b, t, d], mask bool [b, 1, t, t] (True = attend) -> [b, t, d]."""
+        """x [b, t, d], mask bool [b, 1, t, t] (True = attend) or a MaskSpec -> [b, t, d]."""
         _check_layer_args("EncoderLayer", self.norm_position, self.activation)
         x = nn.with_logical_constraint(x, _EMBED_AXES)
 
@@ -143,6 +145,8 @@ class EncoderLayer(LayerSettings):
                 dropout_rate=self.attention_dropout_rate,
                 use_bias=self.use_bias,
                 backend=self.backend,
+                block_q=self.attention_block,
+                block_k=self.attention_block,
                 dtype=self.dtype,
                 param_dtype=self.param_dtype,
                 kernel_init=self.kernel_init,
@@ -174,9 +178,11 @@ class DecoderLayer(DecoderSettings):
         Args:
           x: decoder inputs [b, t, d].
           encoded: encoder output [b, s, d_enc]; required iff cross_attention.
-          self_mask: bool [b, 1, t, t], normally causal & padding. In decode mode the cache adds
-            the causal part itself; pass None or a [b, 1, 1, max_len] padding mask.
-          cross_mask: bool [b, 1, t, s] (decoder query validity & encoder padding).
+          self_mask: bool [b, 1, t, t] or a MaskSpec, normally causal & padding. In decode mode
+            the cache adds the causal part itself; pass None, a [b, 1, 1, max_len] padding
+            mask, or a MaskSpec carrying only a local window.
+          cross_mask: bool [b, 1, t, s] or a MaskSpec (decoder query validity & encoder
+            padding).
           deterministic: no dropout when True.
           sow_weights: store attention weights in 'intermediates'.
         """
@@ -198,6 +204,8 @@ class DecoderLayer(DecoderSettings):
             dropout_rate=self.attention_dropout_rate,
             use_bias=self.use_bias,
             backend=self.backend,
+            block_q=self.attention_block,
+            block_k=self.attention_block,
             dtype=self.dtype,
             param_dtype=self.param_dtype,
             kernel_init=self.kernel_init,
@@ -324,7 +332,7 @@ class TransformerEncoder(LayerSettings):
         deterministic: bool = True,
         sow_weights: bool = False,
     ) -> jnp.ndarray:
-        """x [b, t, d], mask bool [b, 1, t, t] -> [b, t, d]."""
+        """x [b, t, d], mask bool [b, 1, t, t] or a MaskSpec -> [b, t, d]."""
         _check_layer_args("TransformerEncoder", self.norm_position, self.activation)
 
         def make_layer(name):

@@ -46,8 +46,8 @@ from zoo.tasks.classification import load_examples, score_and_write_predictions
 from zoo.train.losses import cross_entropy_sums
 
 # GPTConfig fields a run chooses; the checkpoint fixes the rest.
-_RUNTIME_FIELDS = ("dropout_rate", "attention_dropout_rate", "backend", "remat", "dtype",
-                   "param_dtype")
+_RUNTIME_FIELDS = ("dropout_rate", "attention_dropout_rate", "backend", "attention_block",
+                   "attention_window", "remat", "dtype", "param_dtype")
 _MULTIPLE_CHOICE = "multiple_choice"
 _log = logging.getLogger(__name__)
 
