@@ -10,37 +10,11 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from tests.nn.attention_reference import attention_and_gradients as _reference
 from zoo.nn import blockwise_attention as bw
 from zoo.nn.masks import MaskSpec
 
 RTOL = 1e-5
-
-
-def _reference(q, k, v, keep, bias, d_out, keep_dropout=None, rate=0.0):
-    """float64 attention and its gradients written out by hand: (out, dq, dk, dv, dbias)."""
-    q, k, v, d_out = (np.asarray(x, np.float64) for x in (q, k, v, d_out))
-    scale = q.shape[-1] ** -0.5
-    s = np.einsum("bqhd,bkhd->bhqk", q, k) * scale
-    if bias is not None:
-        s = s + np.asarray(bias, np.float64)
-    keep = np.broadcast_to(keep, s.shape)
-    top = np.where(keep, s, -np.inf).max(-1, keepdims=True)
-    top = np.where(np.isfinite(top), top, 0.0)
-    e = np.where(keep, np.exp(s - top), 0.0)
-    den = e.sum(-1, keepdims=True)
-    w = np.divide(e, den, out=np.zeros_like(e), where=den > 0)  # fully-masked rows: 0
-    z = 1.0 if keep_dropout is None else keep_dropout / (1.0 - rate)
-    out = np.einsum("bhqk,bkhd->bqhd", w * z, v)
-    dv = np.einsum("bhqk,bqhd->bkhd", w * z, d_out)
-    dw = np.einsum("bqhd,bkhd->bhqk", d_out, v) * z
-    ds = w * (dw - np.sum(dw * w, axis=-1, keepdims=True))
-    dq = np.einsum("bhqk,bkhd->bqhd", ds, k) * scale
-    dk = np.einsum("bhqk,bqhd->bkhd", ds, q) * scale
-    dbias = None
-    if bias is not None:
-        axes = tuple(a for a in range(4) if np.shape(bias)[a] == 1)
-        dbias = ds.sum(axis=axes, keepdims=True)
-    return out, dq, dk, dv, dbias
 
 
 def _case(seed, batch=2, q_len=37, k_len=37, heads=3, dim=8):

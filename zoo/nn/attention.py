@@ -11,9 +11,9 @@ Interchangeable backends compute the same function:
 * "cudnn", "pallas_gpu", "splash": the accelerator kernels jax ships (cuDNN's fused attention
   and Pallas flash attention on GPU, Splash attention on TPU; zoo.nn.attention_kernels says
   which masks each takes).
-Whenever the weights themselves are needed (`return_weights`, `sow_weights`; dropout on them
-for the fused backends other than blockwise) the layer runs the einsum path instead: same
-parameters, same result.
+Whenever the weights themselves are needed (`return_weights`, `sow_weights`, and dropout on them
+with "dot_product") the layer runs the einsum path instead: same parameters, same result. The
+accelerator kernels have no attention dropout and refuse it rather than fall back to O(q k).
 
 Masks are boolean (True = attend) or a `MaskSpec` description (segment ids, causal, a local
 window), which the einsum and XLA backends materialise and the others evaluate block by block
@@ -39,7 +39,8 @@ from zoo.nn.masks import MaskSpec, masked_softmax
 Dtype = Any
 Initializer = Any
 
-_BACKENDS = ("einsum", "blockwise", "dot_product", "cudnn", "pallas_gpu", "splash")
+_KERNELS = ("cudnn", "pallas_gpu", "splash")  # the accelerator kernels (attention_kernels)
+_BACKENDS = ("einsum", "blockwise", "dot_product") + _KERNELS
 _QKV_AXES = ("act_batch", "act_len", "act_heads", "act_kv")
 
 
@@ -151,8 +152,14 @@ class MultiHeadAttention(nn.Module):
         mask = _as_4d(mask)
         bias = None if bias is None else _as_4d(jnp.asarray(bias, jnp.float32))
         dropout = not deterministic and self.dropout_rate > 0.0
+        if dropout and self.backend in _KERNELS:
+            # A silent fall-back to the O(q k) einsum path would defeat choosing a kernel.
+            raise ConfigError(
+                f"MultiHeadAttention: backend={self.backend!r} has no attention dropout; set "
+                "attention_dropout_rate=0 (config.model.attention_dropout_rate) or use "
+                "backend='blockwise', which drops out block by block")
         einsum = (self.backend == "einsum" or return_weights or sow_weights
-                  or (dropout and self.backend != "blockwise"))
+                  or (dropout and self.backend == "dot_product"))
         weights = None
         if einsum:
             if spec is not None:

@@ -15,14 +15,24 @@
 Every kernel gives a query without a visible key some output of its own (uniform weights, or
 whatever its padding segment sees); those rows are zeroed here, as in the einsum backend. Both
 Pallas kernels take `interpret=True` to run on CPU (slow; tests only).
+
+XLA cannot partition a Pallas kernel (a Mosaic or Triton custom call) over a mesh by itself, so
+on a mesh of several devices the Pallas kernels run under `jax.shard_map`, each device on its
+own batch rows and heads, as the activations' logical axes shard them (as MaxText wires
+Splash). The sequence axis must not be sharded for them.
 """
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec
 
 from zoo.errors import ConfigError
 from zoo.nn.masks import MaskSpec
+
+# The logical axes of q / k / v [batch, len, heads, head_dim], as MultiHeadAttention names them.
+QKV_AXES = ("act_batch", "act_len", "act_heads", "act_kv")
 
 
 def cudnn_attention(query, key, value, *, spec: MaskSpec | None = None, mask=None, bias=None):
@@ -66,9 +76,11 @@ def pallas_gpu_attention(query, key, value, *, spec: MaskSpec | None = None, mas
         block_q=min(block_q, q_len), block_k=min(block_k, k_len),
         block_q_dkv=min(32, q_len), block_kv_dkv=min(32, k_len),
         block_q_dq=min(32, q_len), block_kv_dq=min(32, k_len))
-    out = gpu_attention.mha(query, key, value, spec.k_segments,
-                            sm_scale=float(query.shape[-1]) ** -0.5, causal=spec.causal,
-                            block_sizes=sizes, interpret=interpret)
+    def kernel(q, k, v, segments):
+        return gpu_attention.mha(q, k, v, segments, sm_scale=float(q.shape[-1]) ** -0.5,
+                                 causal=spec.causal, block_sizes=sizes, interpret=interpret)
+
+    out = _per_shard(kernel, "pallas_gpu", query, key, value, spec.k_segments)
     return _zero_rows_without_keys(out, spec, None, q_len, k_len)
 
 
@@ -79,7 +91,7 @@ def splash_attention(query, key, value, *, spec: MaskSpec | None = None, mask=No
         splash_attention_kernel as splash, splash_attention_mask as splash_mask)
 
     spec = spec if spec is not None else MaskSpec()
-    batch, q_len, heads, dim = query.shape
+    batch, q_len, _, dim = query.shape
     k_len = key.shape[1]
     spec.check(q_len, k_len)
     _refuse("splash", mask=mask, bias=bias)
@@ -89,29 +101,34 @@ def splash_attention(query, key, value, *, spec: MaskSpec | None = None, mask=No
             f"backend='splash' needs its blocks to divide the lengths: {q_len} queries, "
             f"{k_len} keys, blocks {block_q} x {block_k}; pad the inputs to a multiple of the "
             "block (128 on TPU) or use 'blockwise'")
-    head_mask = _splash_mask(splash_mask, spec, q_len, k_len)
     sizes = splash.BlockSizes(
         block_q=block_q, block_kv=block_k, block_kv_compute=block_k, block_q_dkv=block_q,
         block_kv_dkv=block_k, block_kv_dkv_compute=block_k, block_q_dq=block_q,
         block_kv_dq=block_k)
-    kernel = splash.make_splash_mha(
-        splash_mask.MultiHeadMask([head_mask] * heads), block_sizes=sizes, head_shards=1,
-        q_seq_shards=1, interpret=interpret)
-    segment_ids = None
+    head_mask = _splash_mask(splash_mask, spec, q_len, k_len)
+    q_ids = k_ids = None
     if spec.k_segments is not None:
         q_ids, k_ids = spec.query_segments, spec.k_segments
         if q_ids is None:  # key padding only: every query is real (1) and sees the real keys
             q_ids, k_ids = jnp.ones((batch, q_len), jnp.int32), (k_ids != 0)
-        segment_ids = splash.SegmentIds(q=q_ids.astype(jnp.int32), kv=k_ids.astype(jnp.int32))
-    # Splash takes [heads, len, dim] per example and leaves the 1/sqrt(d) scale to the caller.
-    scaled = query * jnp.asarray(dim ** -0.5, query.dtype)
-    to_heads = lambda x: jnp.swapaxes(x, 1, 2)  # (B, L, H, D) -> (B, H, L, D)
-    if segment_ids is None:
-        out = jax.vmap(kernel)(to_heads(scaled), to_heads(key), to_heads(value))
-    else:
-        out = jax.vmap(kernel)(to_heads(scaled), to_heads(key), to_heads(value),
-                               segment_ids=segment_ids)
-    out = jnp.swapaxes(out, 1, 2).astype(value.dtype)  # (B, Q, H, D)
+        q_ids, k_ids = q_ids.astype(jnp.int32), k_ids.astype(jnp.int32)
+
+    def kernel(q, k, v, q_ids, k_ids):
+        # Built per shard: its MultiHeadMask has this device's heads.
+        mha = splash.make_splash_mha(
+            splash_mask.MultiHeadMask([head_mask] * q.shape[2]), block_sizes=sizes,
+            head_shards=1, q_seq_shards=1, interpret=interpret)
+        # Splash takes [heads, len, dim] per example and leaves the 1/sqrt(d) scale to us.
+        q = q * jnp.asarray(dim ** -0.5, q.dtype)
+        to_heads = lambda x: jnp.swapaxes(x, 1, 2)  # (B, L, H, D) -> (B, H, L, D)
+        if q_ids is None:
+            out = jax.vmap(mha)(to_heads(q), to_heads(k), to_heads(v))
+        else:
+            out = jax.vmap(mha)(to_heads(q), to_heads(k), to_heads(v),
+                                segment_ids=splash.SegmentIds(q=q_ids, kv=k_ids))
+        return jnp.swapaxes(out, 1, 2).astype(v.dtype)  # (B, Q, H, D)
+
+    out = _per_shard(kernel, "splash", query, key, value, q_ids, k_ids)
     return _zero_rows_without_keys(out, spec, None, q_len, k_len)
 
 
@@ -125,6 +142,25 @@ def _splash_mask(splash_mask, spec: MaskSpec, q_len: int, k_len: int):
     if left is None and right == 0:
         return splash_mask.CausalMask(shape, offset=offset)
     return splash_mask.LocalMask(shape, window_size=(left, right), offset=offset)
+
+
+def _per_shard(kernel, backend: str, query, key, value, *segments):
+    """kernel(q, k, v, *segments) on each device's batch rows and heads (shard_map) when a mesh
+    of several devices is in context; called directly otherwise."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1:
+        return kernel(query, key, value, *segments)
+    batch, length, heads, _ = nn.logical_to_mesh_axes(QKV_AXES)
+    if length is not None:
+        raise ConfigError(
+            f"backend={backend!r} needs whole sequences on each device, but the mesh rules "
+            f"shard act_len over {length!r}; map act_len to None in config.mesh.rules or use "
+            "'blockwise'")
+    qkv = PartitionSpec(batch, None, heads, None)
+    rows = PartitionSpec(batch, None)
+    in_specs = (qkv, qkv, qkv) + tuple(None if s is None else rows for s in segments)
+    return jax.shard_map(kernel, mesh=mesh, in_specs=in_specs, out_specs=qkv,
+                         check_vma=False)(query, key, value, *segments)
 
 
 def _refuse(backend: str, **given) -> None:

@@ -117,20 +117,10 @@ def build(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFac
                  partitioning.batch_sharding(mesh, rules))
 
 
-def _spike_guard(config: ml_collections.ConfigDict) -> step.SpikeGuard | None:
-    spike = config.train.loss_spike
-    if not spike.factor:
-        return None
-    if spike.max_in_a_row < 1:
-        raise ConfigError(f"config.train.loss_spike.max_in_a_row={spike.max_in_a_row} must be "
-                          ">= 1")
-    return step.SpikeGuard(spike.factor, spike.warmup_steps, spike.decay)
-
-
 def make_train_step(setup: Setup, config: ml_collections.ConfigDict):
     return jax.jit(
         step.make_train_step(setup.task.loss_fn, setup.optimizer, config.train.grad_accum_steps,
-                             _spike_guard(config)),
+                             step.spike_guard(config.train.loss_spike)),
         in_shardings=(setup.state_sharding, setup.batch_sharding),
         out_shardings=(setup.state_sharding, None),
         donate_argnums=0,  # the old state's buffers are reused for the new one

@@ -129,7 +129,7 @@ def sharded_init(
         abstract = jax.eval_shape(init_fn, *args)
         shardings = logical_sharding(abstract, mesh, rules)
     # Unboxed outside the mesh: inside it, unboxing applies each box's sharding constraint.
-    _check_divisible(nn.unbox(abstract), nn.unbox(shardings), mesh)
+    check_divisible(nn.unbox(abstract), nn.unbox(shardings), mesh)
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         variables = jax.jit(init_fn, out_shardings=shardings)(*args)
     return nn.unbox(variables), nn.unbox(shardings)
@@ -141,7 +141,7 @@ def _ways(mesh: jax.sharding.Mesh, axes) -> tuple[tuple[str, ...], int]:
     return names, int(np.prod([mesh.shape[a] for a in names]))
 
 
-def _check_divisible(abstract, shardings, mesh: jax.sharding.Mesh) -> None:
+def check_divisible(abstract, shardings, mesh: jax.sharding.Mesh) -> None:
     """ConfigError naming the first array whose dimension the mesh cannot split evenly (jax
     would report it from deep inside jit, without saying which parameter or config key)."""
     for (path, leaf), sharding in zip(jax.tree_util.tree_leaves_with_path(abstract),

@@ -61,6 +61,16 @@ class SpikeGuard:
         return judged & (loss > self.factor * stats.mean)
 
 
+def spike_guard(loss_spike) -> SpikeGuard | None:
+    """The SpikeGuard of config.train.loss_spike (None when its factor is 0: off)."""
+    if not loss_spike.factor:
+        return None
+    if loss_spike.max_in_a_row < 1:
+        raise ConfigError(f"config.train.loss_spike.max_in_a_row={loss_spike.max_in_a_row} must "
+                          "be >= 1")
+    return SpikeGuard(loss_spike.factor, loss_spike.warmup_steps, loss_spike.decay)
+
+
 def _track(stats: LossStats, loss, applied, spike, decay: float) -> LossStats:
     # The first applied step starts the average at its loss rather than at the zero it holds.
     mean = jnp.where(stats.count > 0, decay * stats.mean + (1.0 - decay) * loss, loss)
