@@ -60,6 +60,11 @@ def compile_stats(jitted: Any, *args) -> dict[str, float | None]:
     """Compile time, XLA's FLOPs and bytes accessed, and the compiled program's buffer bytes
     (arguments + outputs + temporaries) for `jitted(*args)`. Call it before the function first
     runs: a program already compiled in this process comes from jax's cache in no time."""
+    return compile_with_stats(jitted, *args)[1]
+
+
+def compile_with_stats(jitted: Any, *args) -> tuple[Any, dict[str, float | None]]:
+    """`compile_stats` and the compiled executable itself (to run it without a retrace)."""
     start = time.perf_counter()
     compiled = jitted.lower(*args).compile()
     compile_s = time.perf_counter() - start
@@ -72,7 +77,7 @@ def compile_stats(jitted: Any, *args) -> dict[str, float | None]:
     if memory is not None:
         buffers = (memory.argument_size_in_bytes + memory.output_size_in_bytes
                    + memory.temp_size_in_bytes - memory.alias_size_in_bytes)
-    return {
+    return compiled, {
         "compile_s": compile_s,
         "xla_flops": cost.get("flops"),
         "xla_bytes_accessed": cost.get("bytes accessed"),
@@ -91,6 +96,19 @@ def device_memory_bytes(device=None) -> int | None:
     """Memory the device can hold (the allocator's limit; None on the CPU backend)."""
     stats = (device or jax.devices()[0]).memory_stats()
     return None if not stats else stats.get("bytes_limit")
+
+
+def available_memory_bytes() -> int:
+    """Memory a new allocation can take now: Linux's MemAvailable (free + reclaimable cache),
+    else the physical RAM."""
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def measured_matmul_flops(size: int = 2048, dtype=jnp.float32, repeats: int = 5) -> float:

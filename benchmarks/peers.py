@@ -1,5 +1,6 @@
-"""The PyTorch side of benchmarks.step: Hugging Face transformers BERT and GPT-2, and
-torch.nn.LSTM, built to equal our models and timed on the same inputs.
+"""The PyTorch side of benchmarks.step (Hugging Face transformers BERT and GPT-2, and
+torch.nn.LSTM) and of benchmarks.scaling (torch.nn.LSTM / GRU), built to equal our models and
+timed on the same inputs.
 
 Like for like:
 * Models come from our configs through zoo.convert.{bert,gpt2}.config_to_hf, so widths, depths,
@@ -240,3 +241,29 @@ def time_lstm(batch: int, steps: int, features: int, *, device: str = "cpu",
     return {"name": calls["name"], "params": calls["params"],
             "forward": _time(calls["forward"], no_sync, warmup, repeats),
             "train": _time(calls["train"], no_sync, warmup, repeats)}
+
+
+def time_recurrent(kind: str, pass_: str, batch: int, steps: int, features: int, *,
+                   device: str = "cpu", warmup: int = 1, repeats: int = 5) -> dict[str, float]:
+    """One of benchmarks.scaling's passes for a one-layer torch.nn.LSTM or GRU (`kind` 'lstm' /
+    'gru', hidden = features) on (batch, steps, features) float32 inputs: 'forward' (no_grad)
+    or 'forward_backward' (0.5 * sum(outputs^2) differentiated w.r.t. the parameters and the
+    inputs, as the scaling benchmark differentiates zoo's layers)."""
+    import torch
+
+    torch.manual_seed(0)
+    layer = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}[kind](features, features,
+                                                             batch_first=True).to(device)
+    x = torch.randn(batch, steps, features, device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def forward():
+        with torch.no_grad():
+            return layer(x)[0]
+
+    def forward_backward():
+        layer.zero_grad(set_to_none=True)
+        xg = x.detach().requires_grad_()
+        (0.5 * layer(xg)[0].square().sum()).backward()
+
+    return _time(forward if pass_ == "forward" else forward_backward, sync, warmup, repeats)

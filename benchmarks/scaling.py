@@ -4,10 +4,13 @@ sequence length n and width d (issue 8).
 Every model is zoo's own layer, the one users train: `MultiHeadAttention` with backend 'einsum'
 (naive: writes out the [b, h, n, n] weights, which a training step keeps for the backward pass;
 XLA may fuse them away in a forward-only program), 'dot_product' (`jax.nn.dot_product_attention`,
-XLA) and 'cudnn' (the fused flash kernel; GPU and bf16/fp16 only, otherwise skipped with the
-reason recorded); `RNN` with cell 'rnn' (Elman), 'lstm', 'gru' (a `lax.scan` over n steps);
-`flax.linen.Conv` (kernel k, 'SAME'); and a whole `EncoderLayer` (mlp_dim 4d) to set against an
-LSTM layer. Forward = `apply`; forward+backward = `jax.grad` of half the outputs' sum of squares
+XLA), 'cudnn' (the fused flash kernel; GPU and bf16/fp16 only, otherwise skipped with the
+reason recorded), 'blockwise' (exact attention in O(n) memory, zoo.nn.blockwise_attention) and
+'local' (blockwise over a window of --window keys either side: O(n w d)); `RNN` with cell 'rnn'
+(Elman), 'lstm', 'gru' (a `lax.scan` over n steps) and, as the fastest RNNs a user could pick,
+torch.nn.LSTM / GRU (the 'parity' extra; crossovers are also measured against the faster of
+ours and torch's); `flax.linen.Conv` (kernel k, 'SAME'); and a whole `EncoderLayer` (mlp_dim
+4d) to set against an LSTM layer. Forward = `apply`; forward+backward = `jax.grad` of half the outputs' sum of squares
 w.r.t. params and inputs (a plain sum would let XLA drop a linear layer's forward pass). Each point is jitted on fixed shapes with inputs from a fixed key, sized by XLA
 (`benchmarks.machine.compile_stats`: FLOPs, program buffers) before its first run, then timed
 (`time_call`: warm-up, block_until_ready, median of repeats).
@@ -20,6 +23,11 @@ same command until it prints 'complete'). Any preset value can be overridden (--
 Out of memory: on a device with a memory limit, n doubles past the sweep for every attention
 path and pass until XLA raises RESOURCE_EXHAUSTED; on the CPU the n at which the program's
 buffers would fill the RAM is projected from the sweep (`oom_search`).
+
+How long an input each attention path takes (`longest_n_search`, --length): at batch 1, width
+--length-d and --heads heads, n doubles from 1024 and every length is really run, until the
+next one would not fit (XLA's compiled buffers for it against the memory available now) or
+would take longer than --length-max-s (its time extrapolated from the last run's).
 
 Outputs in benchmarks/results/<machine>/ (or --out): scaling.jsonl (every measurement),
 summary.json (per model and pass: slope_n, slope_d, per d crossover_n; see
@@ -39,10 +47,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from benchmarks import machine, scaling_plots
+from benchmarks import machine, peers, scaling_plots
 from benchmarks import scaling_analysis as analysis
 from zoo import errors
 from zoo.nn.attention import MultiHeadAttention
+from zoo.nn.masks import MaskSpec
 from zoo.nn.recurrent import RNN
 from zoo.nn.transformer import EncoderLayer
 
@@ -53,12 +62,23 @@ PRESETS = {
     "quick": {"n": [128, 256, 512, 1024], "d": [64, 256], "batch": 4, "heads": 4,
               "kernel": 3, "repeats": 3, "warmup": 1, "dtype": "float32", "max_call_s": 1.0,
               "budget_s": None, "resume": False, "oom_max_n": 1 << 17,
-              "cross_models": ["attention_dot_product", "gru", "conv", "encoder_layer"]},
+              "cross_models": ["attention_dot_product", "attention_local", "gru", "torch_gru",
+                               "conv", "encoder_layer"],
+              "length_d": 256, "length_max_s": 60.0, "length_max_n": 1 << 20},
     "full": {"n": [256, 512, 1024, 2048, 4096, 8192, 16384], "d": [256, 512, 1024],
              "batch": 8, "heads": 8, "kernel": 3, "repeats": 5, "warmup": 1,
              "dtype": "bfloat16", "max_call_s": 5.0, "budget_s": 540.0, "resume": True,
-             "oom_max_n": 1 << 20, "cross_models": []},
+             "oom_max_n": 1 << 20, "cross_models": [],
+             "length_d": 256, "length_max_s": 20.0, "length_max_n": 1 << 22},
 }
+# The paths whose memory grows with n^2: the OOM search (the length search covers the rest).
+OOM_PATHS = ("attention_einsum", "attention_dot_product", "attention_cudnn")
+# The paths whose longest input is searched, and the length the search starts at.
+LENGTH_PATHS = ("attention_einsum", "attention_dot_product", "attention_cudnn",
+                "attention_blockwise", "attention_local")
+LENGTH_START_N = 1024
+# A length is only run when XLA's buffers for it fit in this share of the memory available.
+LENGTH_MEMORY_SHARE = 0.8
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 # The OOM search stops doubling n once the next call would take longer than this (time, not
 # memory, became the limit).
@@ -66,12 +86,31 @@ OOM_MAX_CALL_S = 30.0
 RECORDS_FILE, SUMMARY_FILE, TABLE_FILE = "scaling.jsonl", "summary.json", "scaling.md"
 
 
-def build_model(model: str, d: int, heads: int, kernel: int,
-                dtype) -> tuple[nn.Module, Callable]:
+class LocalAttention(nn.Module):
+    """Self-attention over the `window` keys either side of each query, blockwise."""
+
+    num_heads: int
+    window: int
+    block: int
+    dtype: object = jnp.float32
+
+    @nn.compact
+    def __call__(self, x):
+        return MultiHeadAttention(num_heads=self.num_heads, backend="blockwise",
+                                  block_q=self.block, block_k=self.block, dtype=self.dtype,
+                                  name="attention")(
+            x, mask=MaskSpec.self_attention(window=self.window))
+
+
+def build_model(model: str, d: int, heads: int, kernel: int, dtype, *, block: int = 512,
+                window: int = analysis.LOCAL_WINDOW) -> tuple[nn.Module, Callable]:
     """The zoo layer for `model` and the function picking its output array from `apply`'s."""
+    if model == "attention_local":
+        return LocalAttention(heads, window, block, dtype), lambda y: y
     if model in analysis.ATTENTION_MODELS:
         backend = model.removeprefix("attention_")
-        return MultiHeadAttention(num_heads=heads, backend=backend, dtype=dtype), lambda y: y
+        return MultiHeadAttention(num_heads=heads, backend=backend, block_q=block, block_k=block,
+                                  dtype=dtype), lambda y: y
     if model in analysis.RECURRENT_MODELS:
         return RNN(hidden_size=d, cell=model, dtype=dtype), lambda y: y[0]  # (outputs, carry)
     if model == "conv":
@@ -111,22 +150,31 @@ def _is_oom(error: Exception) -> bool:
 
 
 def unavailable_models(models: Sequence[str], dtype) -> dict[str, str]:
-    """Models this machine cannot run, with the reason (only the cuDNN kernel can be missing)."""
-    if "attention_cudnn" not in models:
-        return {}
+    """Models this machine cannot run, with the reason: the cuDNN kernel (GPU, bf16/fp16) and
+    the torch RNNs (the 'parity' extra; float32)."""
     platform = jax.devices()[0].platform
+    out = {}
+    torch_models = [m for m in analysis.TORCH_MODELS if m in models]
+    if torch_models:
+        reason = peers.unavailable_reason(platform)
+        if reason is None and dtype != jnp.float32:
+            reason = "the torch RNNs are timed in float32 only; run with --dtype float32"
+        out.update({m: reason for m in torch_models if reason})
+    if "attention_cudnn" not in models:
+        return out
     if platform != "gpu":
-        return {"attention_cudnn": f"cuDNN flash attention needs a GPU; the backend is {platform}"}
+        return {**out, "attention_cudnn": f"cuDNN flash attention needs a GPU; the backend is "
+                                          f"{platform}"}
     if dtype not in (jnp.bfloat16, jnp.float16):
-        return {"attention_cudnn": "cuDNN flash attention takes bfloat16/float16 only; run with "
-                                   "--dtype bfloat16"}
+        return {**out, "attention_cudnn": "cuDNN flash attention takes bfloat16/float16 only; "
+                                          "run with --dtype bfloat16"}
     try:
         q = jnp.zeros((1, 128, 1, 64), dtype)
         jax.block_until_ready(jax.nn.dot_product_attention(q, q, q, implementation="cudnn"))
     except Exception as error:  # jax raises several types for a missing/unsupported kernel
-        return {"attention_cudnn": f"cuDNN attention failed on a tiny input: "
-                                   f"{str(error).splitlines()[0][:200]}"}
-    return {}
+        out["attention_cudnn"] = (f"cuDNN attention failed on a tiny input: "
+                                  f"{str(error).splitlines()[0][:200]}")
+    return out
 
 
 def dispatch_floor_s(repeats: int = 50) -> float:
@@ -162,6 +210,19 @@ def measure(model: str, pass_: str, n: int, module: nn.Module, extract: Callable
             "max_path_length": analysis.max_path_length(model, n, base["kernel"])}
 
 
+def measure_torch(model: str, pass_: str, n: int, base: dict, warmup: int,
+                  repeats: int) -> dict:
+    """One point of a torch RNN (`model` 'torch_lstm' / 'torch_gru'): its wall time, on the
+    device JAX runs on."""
+    device = "cuda" if jax.devices()[0].platform == "gpu" else "cpu"
+    timing = peers.time_recurrent(model.removeprefix("torch_"), pass_, base["batch"], n,
+                                  base["d"], device=device, warmup=warmup, repeats=repeats)
+    return {**base, "model": model, "pass": pass_, "n": n, **timing, "status": "ok",
+            "analytic_flops": analysis.analytic_flops(model, pass_, n, base["d"], base["batch"]),
+            "sequential_ops": analysis.sequential_ops(model, n),
+            "max_path_length": analysis.max_path_length(model, n)}
+
+
 def sweep(args: argparse.Namespace, models: Sequence[str], previous: list[dict], start: float,
           on_record: Callable[[dict], None] = lambda record: None) -> tuple[list[dict], int]:
     """Measures every (model, d, pass, n) not already in `previous`, handing each new record to
@@ -191,12 +252,17 @@ def sweep(args: argparse.Namespace, models: Sequence[str], previous: list[dict],
                         pending += 1
                         continue
                     else:
-                        if params is None:
-                            module, extract = build_model(model, d, args.heads, args.kernel,
-                                                          dtype)
-                            params = init_params(module, d, dtype)
-                        record = measure(model, pass_, n, module, extract, params, base,
-                                         args.warmup, args.repeats)
+                        if model in analysis.TORCH_MODELS:
+                            record = measure_torch(model, pass_, n, base, args.warmup,
+                                                   args.repeats)
+                        else:
+                            if params is None:
+                                module, extract = build_model(model, d, args.heads, args.kernel,
+                                                              dtype, block=args.block,
+                                                              window=args.window)
+                                params = init_params(module, d, dtype)
+                            record = measure(model, pass_, n, module, extract, params, base,
+                                             args.warmup, args.repeats)
                         _progress(record)
                         on_record(record)
                     records.append(record)
@@ -227,7 +293,7 @@ def oom_search(args: argparse.Namespace, models: Sequence[str], records: list[di
     n_oom}}}}.
     """
     d = max(args.d)
-    paths = [m for m in analysis.ATTENTION_MODELS if m in models]
+    paths = [m for m in OOM_PATHS if m in models]
     limit = machine.device_memory_bytes()
     setting = f"batch {args.batch}, d {d}, {args.heads} heads, {args.dtype}"
     swept = {(path, pass_): [r for r in records if r["model"] == path and r["pass"] == pass_
@@ -301,6 +367,78 @@ def oom_search(args: argparse.Namespace, models: Sequence[str], records: list[di
     return result
 
 
+def longest_n_search(args: argparse.Namespace, models: Sequence[str]) -> dict:
+    """The longest input each attention path actually runs here, per pass (see the module
+    docstring), and the time ratios of blockwise and local attention to einsum's at the
+    lengths both ran. Result: {note, d, heads, memory_available_bytes, paths: {path: {pass:
+    {longest_n, seconds, program_bytes, temp_bytes, memory_slope_n (of the temporaries over
+    the lengths run), stopped, runs: [{n, seconds, program_bytes, temp_bytes}]}}},
+    time_ratios: {'blockwise / einsum': {pass: {n: ratio}}, ...}}."""
+    d, heads, dtype = args.length_d, args.heads, DTYPES[args.dtype]
+    available = machine.device_memory_bytes() or machine.available_memory_bytes()
+    budget = LENGTH_MEMORY_SHARE * available
+    result = {"d": d, "heads": heads, "batch": 1, "memory_available_bytes": available,
+              "paths": {}, "time_ratios": {},
+              "note": (f"batch 1, d {d}, {heads} heads, {args.dtype}, window {args.window} for "
+                       f"local; n doubles from {LENGTH_START_N}, each length run once after "
+                       f"compiling; a length is not run when XLA's buffers for it exceed "
+                       f"{LENGTH_MEMORY_SHARE:.0%} of the {available / 2**30:.1f} GiB available, "
+                       f"or when its time, extrapolated from the last run (x4 for exact "
+                       f"attention, x2 for local), exceeds --length-max-s {args.length_max_s:g}")}
+    for path in [m for m in LENGTH_PATHS if m in models]:
+        module, extract = build_model(path, d, heads, args.kernel, dtype, block=args.block,
+                                      window=args.window)
+        params = init_params(module, d, dtype)
+        growth = 2.0 if path == "attention_local" else 4.0
+        for pass_ in args.passes:
+            fn = make_fn(module, extract, pass_)
+            runs, stopped, n = [], f"reached --length-max-n {args.length_max_n}", LENGTH_START_N
+            while n <= args.length_max_n:
+                if runs and growth * runs[-1]["seconds"] > args.length_max_s:
+                    stopped = (f"time: n={n} would take ~{growth * runs[-1]['seconds']:.0f} s > "
+                               f"--length-max-s {args.length_max_s:g}")
+                    break
+                x_spec = jax.ShapeDtypeStruct((1, n, d), dtype)
+                compiled, stats = machine.compile_with_stats(fn, params, x_spec)
+                if stats["program_bytes"] and stats["program_bytes"] > budget:
+                    stopped = (f"memory: n={n} needs {stats['program_bytes'] / 2**30:.1f} GiB of "
+                               f"buffers > {LENGTH_MEMORY_SHARE:.0%} of "
+                               f"{available / 2**30:.1f} GiB available")
+                    break
+                x = jax.random.normal(jax.random.key(1), (1, n, d), dtype)
+                # Short calls: the median of a few after a warm-up; long ones: one call.
+                quick = not runs or growth * runs[-1]["seconds"] < 1.0
+                seconds = machine.time_call(compiled, params, x, warmup=1 if quick else 0,
+                                            repeats=3 if quick else 1)["median_s"]
+                del x, compiled
+                runs.append({"n": n, "seconds": seconds, "program_bytes": stats["program_bytes"],
+                             "temp_bytes": stats["temp_bytes"]})
+                print(f"length {path:22s} {pass_:16s} n={n:<8d} {seconds:8.2f} s "
+                      f"{stats['program_bytes'] / 2**20:10.0f} MiB", flush=True)
+                n *= 2
+            last = runs[-1] if runs else {}
+            # The memory slope over lengths past one block, where O(n) shows (below a block the
+            # blockwise paths hold one n x n block).
+            sized = [r for r in runs if r["temp_bytes"]]
+            slope = (analysis.fit_loglog([r["n"] for r in sized],
+                                         [r["temp_bytes"] for r in sized])[0]
+                     if len({r["n"] for r in sized}) >= 2 else None)
+            result["paths"].setdefault(path, {})[pass_] = {
+                "longest_n": last.get("n"), "seconds": last.get("seconds"),
+                "program_bytes": last.get("program_bytes"), "temp_bytes": last.get("temp_bytes"),
+                "memory_slope_n": slope, "stopped": stopped, "runs": runs}
+    einsum = result["paths"].get("attention_einsum", {})
+    for path in ("attention_blockwise", "attention_local"):
+        for pass_, res in result["paths"].get(path, {}).items():
+            base = {r["n"]: r["seconds"] for r in einsum.get(pass_, {}).get("runs", [])}
+            mine = {r["n"]: r["seconds"] for r in res["runs"]}
+            ratios = {n: mine[n] / base[n] for n in sorted(set(mine) & set(base))}
+            if ratios:
+                name = f"{path.removeprefix('attention_')} / einsum"
+                result["time_ratios"].setdefault(name, {})[pass_] = ratios
+    return result
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.scaling",
@@ -338,13 +476,25 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="find (GPU) or project (CPU) the n at which attention runs out of "
                              "memory")
     parser.add_argument("--oom-max-n", type=int, help="largest n the GPU OOM search tries")
+    parser.add_argument("--length", action=argparse.BooleanOptionalAction, default=True,
+                        help="run each attention path at batch 1 on ever longer inputs until "
+                             "memory or --length-max-s stops it")
+    parser.add_argument("--length-d", type=int, help="width of the length search (default 256)")
+    parser.add_argument("--length-max-s", type=float,
+                        help="stop the length search before a call would take longer")
+    parser.add_argument("--length-max-n", type=int, help="longest n the length search tries")
+    parser.add_argument("--block", type=int, default=512,
+                        help="query/key block size of the blockwise and local paths")
+    parser.add_argument("--window", type=int, default=analysis.LOCAL_WINDOW,
+                        help="attention_local: keys seen on each side of a query")
     parser.add_argument("--out", help="output directory (default benchmarks/results/<machine>)")
     args = parser.parse_args(argv)
     args.preset = args.preset or "quick"
     for name, value in PRESETS[args.preset].items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    for name in ("batch", "heads", "kernel", "repeats", "oom_max_n"):
+    for name in ("batch", "heads", "kernel", "repeats", "oom_max_n", "length_d", "block",
+                 "window"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.warmup < 0:
@@ -401,7 +551,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "config": {k: getattr(args, k) for k in ("preset", "n", "d", "batch", "heads", "kernel",
                                                   "repeats", "warmup", "dtype", "passes",
-                                                  "cross_models")},
+                                                  "cross_models", "block", "window")},
         "models_requested": requested, "unavailable": unavailable,
         "complete": pending == 0, "pending_points": pending,
         "peak_bytes_note": ("peak_bytes is the allocator's peak since the process started (jax "
@@ -411,6 +561,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
     summary = analysis.build_summary(records, meta, floor_s, args.kernel)
     if args.oom and pending == 0:
         summary["oom"] = oom_search(args, models, records, start)
+    if args.length and pending == 0:
+        summary["length"] = longest_n_search(args, models)
+        for path, passes in summary["length"]["paths"].items():
+            for pass_, res in passes.items():
+                entry = summary["models"].setdefault(path, {}).setdefault(pass_, {})
+                entry["longest_n"] = res["longest_n"]
+                entry["length_memory_slope_n"] = res["memory_slope_n"]
     summary["elapsed_s"] = time.perf_counter() - start
 
     machine.write_jsonl(records_path, records)

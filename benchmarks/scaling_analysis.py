@@ -34,32 +34,44 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 PASSES = ("forward", "forward_backward")
-ATTENTION_MODELS = ("attention_einsum", "attention_dot_product", "attention_cudnn")
-RECURRENT_MODELS = ("rnn", "lstm", "gru")
-QUADRATIC_MODELS = ATTENTION_MODELS + ("encoder_layer",)
-MODELS = ATTENTION_MODELS + RECURRENT_MODELS + ("conv", "encoder_layer")
-# Models whose measured time is compared with each recurrent model's for the crossover.
-CROSSOVER_REFERENCES = RECURRENT_MODELS
+# Exact attention, every implementation (O(n^2 d) time; memory O(n^2) for einsum, O(n) for
+# blockwise), and local attention (blockwise over a window of w keys either side: O(n w d)).
+EXACT_ATTENTION_MODELS = ("attention_einsum", "attention_dot_product", "attention_cudnn",
+                          "attention_blockwise")
+ATTENTION_MODELS = EXACT_ATTENTION_MODELS + ("attention_local",)
+RECURRENT_MODELS = ("rnn", "lstm", "gru")  # zoo's own (zoo.nn.recurrent)
+TORCH_MODELS = ("torch_lstm", "torch_gru")  # torch.nn.LSTM / GRU, the fastest a user could pick
+QUADRATIC_MODELS = EXACT_ATTENTION_MODELS + ("encoder_layer",)
+MODELS = ATTENTION_MODELS + RECURRENT_MODELS + TORCH_MODELS + ("conv", "encoder_layer")
+# The crossover references: each RNN measured, and per cell the faster of ours and torch's at
+# every n (`fastest_lstm`, `fastest_gru`), so n* is never measured against a slow RNN.
+FASTEST = {"fastest_lstm": ("lstm", "torch_lstm"), "fastest_gru": ("gru", "torch_gru")}
+CROSSOVER_REFERENCES = RECURRENT_MODELS + TORCH_MODELS + tuple(FASTEST)
 
 MLP_RATIO = 4  # the encoder layer's feed-forward width, mlp_dim = 4 d
-_GATES = {"rnn": 1, "lstm": 4, "gru": 3}
+LOCAL_WINDOW = 128  # attention_local: each query sees the w keys either side of it
+_GATES = {"rnn": 1, "lstm": 4, "gru": 3, "torch_lstm": 4, "torch_gru": 3}
 
 # Slopes are fitted only on points at least this many times slower than the dispatch floor (an
 # empty jitted call): below it the fixed per-call cost, not the model, sets the time.
 FLOOR_FACTOR = 10.0
 
 FLOPS_FORMULAS = {
-    **{m: "8 n d^2 + 4 n^2 d" for m in ATTENTION_MODELS},
+    **{m: "8 n d^2 + 4 n^2 d" for m in EXACT_ATTENTION_MODELS},
+    "attention_local": "8 n d^2 + 4 n (2w + 1) d",
     "rnn": "4 n d^2",
     "lstm": "16 n d^2",
     "gru": "12 n d^2",
+    "torch_lstm": "16 n d^2",
+    "torch_gru": "12 n d^2",
     "conv": "2 k n d^2",
     "encoder_layer": "24 n d^2 + 4 n^2 d",
 }
-SEQUENTIAL_OPS = {**{m: "1" for m in QUADRATIC_MODELS}, **{m: "n" for m in RECURRENT_MODELS},
-                  "conv": "1"}
-MAX_PATH_LENGTH = {**{m: "1" for m in QUADRATIC_MODELS}, **{m: "n" for m in RECURRENT_MODELS},
-                   "conv": "ceil(log_k n)"}
+_SCANS = RECURRENT_MODELS + TORCH_MODELS
+SEQUENTIAL_OPS = {**{m: "1" for m in QUADRATIC_MODELS}, **{m: "n" for m in _SCANS},
+                  "attention_local": "1", "conv": "1"}
+MAX_PATH_LENGTH = {**{m: "1" for m in QUADRATIC_MODELS}, **{m: "n" for m in _SCANS},
+                   "attention_local": "ceil(n / w)", "conv": "ceil(log_k n)"}
 XLA_LOOP_NOTE = (
     "XLA's cost analysis counts a while loop's body once, not once per iteration: for a scan "
     "over n steps it reports the input projection (outside the loop) plus a single step, so its "
@@ -77,12 +89,15 @@ def _check_pass(pass_: str) -> None:
         raise ValueError(f"pass_={pass_!r} is not one of {PASSES}")
 
 
-def flop_coefficients(model: str, d: int, kernel: int = 3) -> tuple[float, float]:
+def flop_coefficients(model: str, d: int, kernel: int = 3,
+                      window: int = LOCAL_WINDOW) -> tuple[float, float]:
     """(c1, c2) with forward FLOPs per sequence = c1 n + c2 n^2 (see the module docstring)."""
     _check_model(model)
-    if model in ATTENTION_MODELS:
+    if model in EXACT_ATTENTION_MODELS:
         return 8.0 * d * d, 4.0 * d
-    if model in RECURRENT_MODELS:
+    if model == "attention_local":  # each query scores 2w + 1 keys (fewer at the ends)
+        return 8.0 * d * d + 4.0 * (2 * window + 1) * d, 0.0
+    if model in _SCANS:
         return 2.0 * _GATES[model] * (d + d) * d, 0.0
     if model == "conv":
         return 2.0 * kernel * d * d, 0.0
@@ -112,16 +127,19 @@ def sequential_ops(model: str, n: int) -> int:
     """Operations that must run one after another within a layer: the scan's n steps for the
     recurrent models, 1 for attention and convolution (every position at once)."""
     _check_model(model)
-    return n if model in RECURRENT_MODELS else 1
+    return n if model in _SCANS else 1
 
 
-def max_path_length(model: str, n: int, kernel: int = 3) -> int:
+def max_path_length(model: str, n: int, kernel: int = 3, window: int = LOCAL_WINDOW) -> int:
     """Longest chain of layers/steps a signal crosses between two of n positions: 1 for
     attention, n for a recurrence, ceil(log_k n) for a stack of dilated convolutions of kernel k
-    (dilation k^l, the seed's O(log_k n); contiguous kernels would need ceil((n-1)/(k-1)))."""
+    (dilation k^l, the seed's O(log_k n); contiguous kernels would need ceil((n-1)/(k-1))),
+    ceil(n / w) layers of local attention over a window of w either side."""
     _check_model(model)
-    if model in RECURRENT_MODELS:
+    if model in _SCANS:
         return n
+    if model == "attention_local":
+        return max(1, math.ceil((n - 1) / window))
     if model == "conv":
         if kernel < 2:
             raise ValueError(f"kernel={kernel}: a path between positions needs kernel >= 2")
@@ -214,14 +232,40 @@ def _series(records: list[dict], model: str, pass_: str, key: str, value) -> dic
             if r["model"] == model and r["pass"] == pass_ and r[key] == value}
 
 
+def _reference_series(records: list[dict], ref: str, pass_: str, d: int) -> dict:
+    """{n: median_s} of a crossover reference: one RNN, or (FASTEST) at each n the faster of
+    ours and torch's among those measured there."""
+    if ref not in FASTEST:
+        return _series(records, ref, pass_, "d", d)
+    series = [_series(records, m, pass_, "d", d) for m in FASTEST[ref]]
+    ns = set().union(*series)
+    return {n: min(s[n] for s in series if n in s) for n in ns}
+
+
+def memory_slope(records: list[dict], model: str, pass_: str) -> dict:
+    """Log-log slope in n of the compiled program's temporaries (XLA's memory analysis) at the
+    largest d with >= 2 n: 2 for buffers of n x n, 1 for buffers of n."""
+    own = [r for r in _ok(records) if r["model"] == model and r["pass"] == pass_
+           and r.get("temp_bytes")]
+    for d in sorted({r["d"] for r in own}, reverse=True):
+        points = {r["n"]: r["temp_bytes"] for r in own if r["d"] == d}
+        if len(points) >= 2:
+            slope, _ = fit_loglog(list(points), list(points.values()))
+            return {"memory_slope_n": slope, "memory_slope_n_at_d": d,
+                    "memory_slope_n_points": sorted(points)}
+    return {"memory_slope_n": None, "memory_slope_n_at_d": None, "memory_slope_n_points": []}
+
+
 def summarize_pass(records: list[dict], model: str, pass_: str, floor_s: float,
                    kernel: int = 3) -> dict:
-    """slope_n (at the largest d with >= 2 n), slope_d (at the largest n with >= 2 d) and, per d,
-    the measured and FLOP crossover n against every recurrent model measured at >= 2 common n
-    (crossover_n[d][reference]; empty for the linear-in-n models, which have none to cross)."""
+    """slope_n (at the largest d with >= 2 n), slope_d (at the largest n with >= 2 d), the
+    memory slope in n and, per d, the measured and FLOP crossover n against every recurrent
+    reference measured at >= 2 common n (crossover_n[d][reference]; empty for the linear-in-n
+    models, which have none to cross)."""
     own = [r for r in _ok(records) if r["model"] == model and r["pass"] == pass_]
     out: dict = {"slope_n": None, "slope_n_at_d": None, "slope_n_points": [],
                  "slope_d": None, "slope_d_at_n": None, "slope_d_points": [],
+                 **memory_slope(records, model, pass_),
                  "crossover_n": {}, "crossover_status": {}, "flop_crossover_n": {}}
     ds = sorted({r["d"] for r in own})
     ns = sorted({r["n"] for r in own})
@@ -248,7 +292,7 @@ def summarize_pass(records: list[dict], model: str, pass_: str, floor_s: float,
         mine = _series(ok, model, pass_, "d", d)
         key = str(d)
         for ref in CROSSOVER_REFERENCES:
-            theirs = _series(ok, ref, pass_, "d", d)
+            theirs = _reference_series(ok, ref, pass_, d)
             common = sorted(set(mine) & set(theirs))
             if len(common) < 2:  # one shared n cannot place a crossing
                 continue
@@ -257,7 +301,7 @@ def summarize_pass(records: list[dict], model: str, pass_: str, floor_s: float,
             out["crossover_n"].setdefault(key, {})[ref] = value
             out["crossover_status"].setdefault(key, {})[ref] = status
             out["flop_crossover_n"].setdefault(key, {})[ref] = flop_crossover_n(
-                model, ref, d, kernel)
+                model, FASTEST.get(ref, (ref,))[0], d, kernel)
     return out
 
 
@@ -309,9 +353,9 @@ def markdown_table(records: list[dict], summary: dict) -> str:
              (f"- FLOPs: analytic = matmul FLOPs (2 per multiply-add), forward+backward = 3x "
               f"forward. † {summary['xla_flops_note']}"), "",
              "## Slopes, sequential operations, path length", "",
-             ("| model | pass | FLOPs (fwd) | slope_n (at d) | slope_d (at n) | seq. ops | "
-              "max path | seq. ops / path at n_max |"),
-             "|---|---|---|---|---|---|---|---|"]
+             ("| model | pass | FLOPs (fwd) | slope_n (at d) | slope_d (at n) | memory slope_n | "
+              "seq. ops | max path | seq. ops / path at n_max |"),
+             "|---|---|---|---|---|---|---|---|---|"]
     models = summary["models"]
     for model, entry in models.items():
         for pass_ in PASSES:
@@ -321,6 +365,7 @@ def markdown_table(records: list[dict], summary: dict) -> str:
             lines.append(
                 f"| {model} | {pass_} | {entry['flops_formula']} | {_fmt(s['slope_n'], '.2f')} "
                 f"({s['slope_n_at_d']}) | {_fmt(s['slope_d'], '.2f')} ({s['slope_d_at_n']}) | "
+                f"{_fmt(s.get('memory_slope_n'), '.2f')} | "
                 f"{entry['sequential_ops']} | {entry['max_path_length']} | "
                 f"{entry['sequential_ops_at_n_max']} / {entry['max_path_length_at_n_max']} "
                 f"(n={entry['n_max']}) |")
@@ -339,6 +384,24 @@ def markdown_table(records: list[dict], summary: dict) -> str:
                         f"| {model} | {pass_} | {d} | {ref} | {_fmt(value, '.0f')} | "
                         f"{s['crossover_status'][d][ref]} | "
                         f"{_fmt(s['flop_crossover_n'][d][ref], '.0f')} |")
+    length = summary.get("length")
+    if length:
+        lines += ["", "## How long an input each attention path actually ran", "",
+                  length["note"], "",
+                  ("| path | pass | longest n run | its time s | its program MiB | memory slope_n "
+                   "| stopped because |"),
+                  "|---|---|---|---|---|---|---|"]
+        for path, passes in length["paths"].items():
+            for pass_, res in passes.items():
+                mib = None if res.get("program_bytes") is None else res["program_bytes"] / 2**20
+                lines.append(f"| {path} | {pass_} | {_fmt(res.get('longest_n'), '.0f')} | "
+                             f"{_fmt(res.get('seconds'), '.3g')} | {_fmt(mib, '.0f')} | "
+                             f"{_fmt(res.get('memory_slope_n'), '.2f')} | "
+                             f"{res.get('stopped', '')} |")
+        for name, ratios in length.get("time_ratios", {}).items():
+            for pass_, by_n in ratios.items():
+                text = ", ".join(f"n={n}: {_fmt(r, '.2f')}" for n, r in by_n.items())
+                lines.append(f"- time ratio {name} ({pass_}): {text}")
     oom = summary.get("oom")
     if oom:
         lines += ["", f"## Sequence length at which attention runs out of memory ({oom['method']})",
@@ -365,7 +428,7 @@ def markdown_table(records: list[dict], summary: dict) -> str:
                                                  r["n"])):
         xla = r.get("xla_flops")
         ratio = None if not xla else xla / r["analytic_flops"]
-        mark = " †" if r["model"] in RECURRENT_MODELS else ""
+        mark = " †" if r["model"] in RECURRENT_MODELS else ""  # torch's FLOPs are not XLA's
         mib = (lambda b: None if b is None else b / 2**20)
         lines.append(
             f"| {r['model']} | {r['pass']} | {r['n']} | {r['d']} | {_fmt(r['median_s'] * 1e3)} | "

@@ -1,5 +1,6 @@
 """The scaling benchmark's PNGs: time vs n (log-log, one line per model), program memory vs n,
-and the attention/RNN crossover."""
+the attention/RNN crossover, and how long an input each attention path ran (memory and time
+up to its longest n)."""
 
 import os
 
@@ -10,6 +11,7 @@ import matplotlib.pyplot as plt
 
 from benchmarks.scaling_analysis import (
     CROSSOVER_REFERENCES,
+    FASTEST,
     MODELS,
     PASSES,
     QUADRATIC_MODELS,
@@ -125,10 +127,16 @@ def plot_crossover(records: list[dict], summary: dict, path: str) -> None:
         left.legend(fontsize=7)
 
     found = False
+    # Against the fastest RNN of each cell (ours or torch's) where measured, else ours.
+    measured = {ref for entry in summary.get("models", {}).values() for pass_ in PASSES
+                for refs in (entry.get(pass_) or {}).get("crossover_n", {}).values()
+                for ref in refs}
+    references = [r for r in FASTEST if r in measured] or [r for r in ("lstm", "gru")
+                                                           if r in measured]
     for name, entry in summary.get("models", {}).items():
         for pass_ in PASSES:
             crossings = (entry.get(pass_) or {}).get("crossover_n", {})
-            for reference in CROSSOVER_REFERENCES:
+            for reference in references:
                 points = [(int(d), refs[reference]) for d, refs in crossings.items()
                           if refs.get(reference) is not None]
                 if points:
@@ -153,11 +161,46 @@ def plot_crossover(records: list[dict], summary: dict, path: str) -> None:
     plt.close(fig)
 
 
+def plot_length(summary: dict, path: str) -> None:
+    """The length search: XLA's program buffers (left) and the time of one call (right) vs n,
+    per attention path and pass, up to the longest n each ran; the memory available dashed."""
+    length = summary["length"]
+    fig, (memory, timing) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for color, (name, passes) in zip(colors * 2, length["paths"].items()):
+        for pass_, res in passes.items():
+            runs = res["runs"]
+            if not runs:
+                continue
+            ns = [r["n"] for r in runs]
+            label = f"{name.removeprefix('attention_')} {pass_} (to n={ns[-1]:,})"
+            memory.plot(ns, [r["program_bytes"] / 2**20 for r in runs], _STYLE[pass_],
+                        marker="o", markersize=3, color=color, label=label)
+            timing.plot(ns, [r["seconds"] for r in runs], _STYLE[pass_], marker="o",
+                        markersize=3, color=color, label=label)
+    memory.axhline(length["memory_available_bytes"] / 2**20, color="red", linestyle=":",
+                   label="memory available")
+    memory.set(title=f"program buffers, batch 1, d {length['d']}", ylabel="MiB")
+    timing.set(title="time of one call", ylabel="seconds")
+    for ax in (memory, timing):
+        ax.set(xscale="log", yscale="log", xlabel="sequence length n")
+        ax.grid(True, which="both", alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def write_plots(records: list[dict], summary: dict, directory: str) -> list[str]:
-    """time_vs_n.png, memory_vs_n.png and crossover.png in `directory`; returns their paths."""
+    """time_vs_n.png, memory_vs_n.png, crossover.png and (with a length search) length_vs_n.png
+    in `directory`; returns their paths."""
     paths = [os.path.join(directory, name)
              for name in ("time_vs_n.png", "memory_vs_n.png", "crossover.png")]
     plot_time_vs_n(records, paths[0])
     plot_memory_vs_n(records, summary, paths[1])
     plot_crossover(records, summary, paths[2])
+    if summary.get("length"):
+        paths.append(os.path.join(directory, "length_vs_n.png"))
+        plot_length(summary, paths[-1])
     return paths

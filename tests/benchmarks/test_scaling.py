@@ -150,7 +150,7 @@ def test_sweep_reuses_resumed_points_skips_slow_ones_and_keeps_budget(monkeypatc
                 "median_s": 1e-3 * n}
 
     monkeypatch.setattr(scaling, "measure", fake_measure)
-    monkeypatch.setattr(scaling, "build_model", lambda *args: (None, None))
+    monkeypatch.setattr(scaling, "build_model", lambda *args, **kwargs: (None, None))
     monkeypatch.setattr(scaling, "init_params", lambda module, d, dtype: None)
     args = scaling.parse_args(["--n", "8", "16", "32", "--d", "8", "--heads", "2", "--passes",
                                "forward", "--max-call-s", "0.012"])
@@ -219,11 +219,12 @@ def test_cli_rejects_heads_that_do_not_divide_d(capsys):
 
 def test_cli_end_to_end_writes_every_output(tmp_path):
     summary = scaling.main(["--n", "8", "16", "--d", "8", "--heads", "2", "--repeats", "1",
-                            "--models", "attention_einsum", "rnn",
-                            "--out", str(tmp_path)])
+                            "--models", "attention_einsum", "rnn", "--length-d", "8",
+                            "--length-max-n", "2048", "--out", str(tmp_path)])
     names = {p.name for p in tmp_path.iterdir()}
     assert names == {"scaling.jsonl", "summary.json", "scaling.md", "time_vs_n.png",
-                     "memory_vs_n.png", "crossover.png"}
+                     "memory_vs_n.png", "crossover.png", "length_vs_n.png"}
+    assert summary["models"]["attention_einsum"]["forward"]["longest_n"] == 2048
     records = [json.loads(line) for line in (tmp_path / "scaling.jsonl").read_text().splitlines()]
     assert len(records) == 2 * 2 * 2  # models x passes x n
     for r in records:
@@ -261,3 +262,53 @@ def test_cli_end_to_end_writes_every_output(tmp_path):
     assert "under-count" in table
     for png in ("time_vs_n.png", "memory_vs_n.png", "crossover.png"):
         assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_local_attention_flops_and_path_length():
+    d, w, n = 64, analysis.LOCAL_WINDOW, 4096
+    c1, c2 = analysis.flop_coefficients("attention_local", d)
+    assert (c1, c2) == (8.0 * d * d + 4.0 * (2 * w + 1) * d, 0.0)
+    assert analysis.max_path_length("attention_local", n) == -(-(n - 1) // w)
+    assert analysis.sequential_ops("torch_lstm", n) == n
+    # Linear in n: no crossover with a recurrence in FLOP theory.
+    assert analysis.flop_crossover_n("attention_local", "lstm", d) is None
+
+
+def test_crossover_against_the_fastest_rnn_takes_the_faster_at_each_n():
+    base = {"pass": "forward", "d": 8, "status": "ok"}
+    times = {"lstm": {64: 1.0, 128: 2.0, 256: 4.0}, "torch_lstm": {64: 0.5, 128: 2.5, 256: 3.0},
+             "attention_einsum": {64: 0.2, 128: 1.0, 256: 3.5}}
+    records = [{**base, "model": m, "n": n, "median_s": t}
+               for m, by_n in times.items() for n, t in by_n.items()]
+    fastest = analysis._reference_series(records, "fastest_lstm", "forward", 8)
+    assert fastest == {64: 0.5, 128: 2.0, 256: 3.0}
+    summary = analysis.summarize_pass(records, "attention_einsum", "forward", floor_s=1e-9)
+    # einsum/fastest: 0.4, 0.5, 1.17 -> crosses between 128 and 256; ours alone: never.
+    assert summary["crossover_status"]["8"]["fastest_lstm"] == "crossed"
+    assert 128 < summary["crossover_n"]["8"]["fastest_lstm"] < 256
+    assert summary["crossover_status"]["8"]["lstm"] == "not within the sweep"
+
+
+def test_length_search_runs_each_path_until_memory_or_time_stops_it(monkeypatch):
+    """Real runs at tiny width: einsum's buffers outgrow a (faked) 150 MiB machine at n=4096
+    while blockwise, O(n), runs on until the time limit or --length-max-n."""
+    monkeypatch.setattr(machine, "device_memory_bytes", lambda device=None: None)
+    monkeypatch.setattr(machine, "available_memory_bytes", lambda: 150 * 2**20)
+    args = scaling.parse_args(["--d", "8", "--heads", "2", "--passes", "forward",
+                               "--length-d", "8", "--length-max-n", "8192",
+                               "--length-max-s", "60"])
+    result = scaling.longest_n_search(args, ["attention_einsum", "attention_blockwise"])
+    einsum = result["paths"]["attention_einsum"]["forward"]
+    blockwise = result["paths"]["attention_blockwise"]["forward"]
+    assert einsum["stopped"].startswith("memory: n=") and einsum["longest_n"] < 8192
+    assert [r["n"] for r in einsum["runs"]] == [1024 * 2**i for i in range(len(einsum["runs"]))]
+    assert blockwise["longest_n"] == 8192 and blockwise["stopped"].startswith("reached")
+    assert blockwise["memory_slope_n"] < 1.2 < einsum["memory_slope_n"]
+    ratios = result["time_ratios"]["blockwise / einsum"]["forward"]
+    assert set(ratios) == {r["n"] for r in einsum["runs"]}
+
+    # A call that would take too long is not started.
+    args.length_max_s = 1e-9
+    quick = scaling.longest_n_search(args, ["attention_blockwise"])
+    only = quick["paths"]["attention_blockwise"]["forward"]
+    assert only["longest_n"] == 1024 and only["stopped"].startswith("time: n=2048")
