@@ -87,7 +87,7 @@ class LanguageModelTask(Task):
         seq = self.config.data.seq_len
         stack = dry_run.transformer_activation_bytes(
             per_device_batch, seq, cfg.embed_dim, cfg.num_heads, cfg.num_layers, cfg.mlp_dim,
-            jnp.dtype(cfg.dtype).itemsize, cfg.remat, tensor_parallel)
+            jnp.dtype(cfg.dtype).itemsize, cfg.remat, tensor_parallel, cfg.backend)
         # float32 logits, their log-softmax and the logits' gradient, split over vocab by
         # tensor parallelism
         logits = 3 * per_device_batch * seq * cfg.vocab_size * 4 / tensor_parallel

@@ -118,7 +118,7 @@ class PretrainingTask(Task):
         stack = dry_run.transformer_activation_bytes(
             per_device_batch, self.config.data.seq_len, cfg.hidden_size, cfg.num_heads,
             cfg.num_layers, cfg.intermediate_size, jnp.dtype(cfg.dtype).itemsize, cfg.remat,
-            tensor_parallel)
+            tensor_parallel, cfg.backend)
         predictions = per_device_batch * self.config.data.max_predictions_per_seq
         # float32 logits, log-softmax and the logits' gradient at the masked positions
         return stack + 3 * predictions * cfg.vocab_size * 4 / tensor_parallel

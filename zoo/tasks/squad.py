@@ -143,7 +143,7 @@ class SquadTask(Task):
         return dry_run.transformer_activation_bytes(
             per_device_batch, self.config.data.seq_len, cfg.hidden_size, cfg.num_heads,
             cfg.num_layers, cfg.intermediate_size, jnp.dtype(cfg.dtype).itemsize, cfg.remat,
-            tensor_parallel)
+            tensor_parallel, cfg.backend)
 
 
 def _as_dataset(examples: list[dict]) -> list[dict]:

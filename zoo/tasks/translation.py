@@ -236,8 +236,10 @@ class TranslationTask(Task):
         # (the decoder's cross-attention is counted as a second self-attention of its size).
         encoder = dry_run.transformer_activation_bytes(
             per_device_batch, data.source_len, cfg.hidden_size, cfg.num_heads,
-            cfg.num_encoder_layers, cfg.mlp_dim, itemsize, cfg.remat, tensor_parallel)
+            cfg.num_encoder_layers, cfg.mlp_dim, itemsize, cfg.remat, tensor_parallel,
+            cfg.backend)
         decoder = dry_run.transformer_activation_bytes(
             per_device_batch, data.target_len, cfg.hidden_size, cfg.num_heads,
-            2 * cfg.num_decoder_layers, cfg.mlp_dim, itemsize, cfg.remat, tensor_parallel)
+            2 * cfg.num_decoder_layers, cfg.mlp_dim, itemsize, cfg.remat, tensor_parallel,
+            cfg.backend)
         return encoder + decoder

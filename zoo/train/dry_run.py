@@ -18,9 +18,14 @@ from zoo.train import optim, partitioning
 from zoo.train.state import TrainState
 
 
+# Backends that keep the [heads, q, k] softmax output for the backward pass; the others keep
+# one log-sum-exp per query and head and recompute the weights (zoo.nn.blockwise_attention).
+KEEPS_ATTENTION_WEIGHTS = ("einsum", "dot_product")
+
+
 def transformer_activation_bytes(batch: int, seq_len: int, hidden: int, heads: int, layers: int,
                                  mlp: int, dtype_bytes: int, remat: str,
-                                 tensor_parallel: int = 1) -> float:
+                                 tensor_parallel: int = 1, backend: str = "einsum") -> float:
     """Activation memory kept for the backward pass of a Transformer stack on one device.
 
     Per layer and token without recomputation (Korthikanti et al. 2022, eq. 2, for any mlp
@@ -28,10 +33,13 @@ def transformer_activation_bytes(batch: int, seq_len: int, hidden: int, heads: i
     two LayerNorm inputs, the FFN input, two dropout masks) and 4 * hidden + 2 * mlp +
     2 * heads * seq_len are split by tensor parallelism (q, k, v, attention output, FFN hidden
     and activation, softmax output and its dropout mask). 'full' remat keeps only each layer's
-    input and recomputes one layer at a time; 'dots' keeps the matmul outputs.
+    input and recomputes one layer at a time; 'dots' keeps the matmul outputs. An attention
+    backend that recomputes the weights (not in KEEPS_ATTENTION_WEIGHTS) keeps `heads`
+    log-sum-exps per token instead of 2 * heads * seq_len weights.
     """
     t = tensor_parallel
-    full_layer = 6 * hidden + (4 * hidden + 2 * mlp + 2 * heads * seq_len) / t
+    scores = 2 * heads * seq_len if backend in KEEPS_ATTENTION_WEIGHTS else heads
+    full_layer = 6 * hidden + (4 * hidden + 2 * mlp + scores) / t
     per_token = {
         "none": full_layer,
         "dots": hidden + (4 * hidden + mlp) / t,
