@@ -4,7 +4,7 @@ import jax
 import pytest
 
 from zoo.commands import jobs
-from zoo.train import dry_run
+from zoo.train import dry_run, loop
 
 
 def _device0_bytes(tree):
@@ -59,9 +59,9 @@ def test_blockwise_attention_keeps_no_weights_and_the_estimate_follows_xla(tiny_
         config.data.update(seq_len=1024, batch_size=2)
         config.model.update(backend=backend, attention_block=128)
         workdir = str(tmp_path / backend)
-        estimated[backend] = dry_run.report(config, workdir, jax.devices()[:1])[
+        estimated[backend] = jobs.dry_run(config, workdir, jax.devices()[:1])[
             "activation_bytes_per_device"]
-        setup = loop.build(config, workdir, jax.devices()[:1])
+        setup = jobs.build(config, workdir, jax.devices()[:1])
         batch = setup.task.init_batch()
         memory = loop.make_train_step(setup, config).lower(setup.state, batch).compile()
         compiled[backend] = memory.memory_analysis().temp_size_in_bytes
