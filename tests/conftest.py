@@ -38,6 +38,7 @@ _LONG_MODULES = (
     "tests/test_gpt_finetune.py",
     # fast
     "tests/train/test_loop.py",
+    "tests/train/test_cluster_join.py",
     "tests/test_classification_finetune.py",
     "tests/train/test_resume.py",
     "tests/models/test_transformer_translation.py",
