@@ -20,7 +20,7 @@ import ml_collections
 from configs import common, translate
 from zoo.errors import ConfigError
 from zoo.models.seq2seq import ATTENTIONS
-from zoo.nn.recurrent import CELL_KINDS
+from zoo.nn.recurrent_cells import CELL_KINDS
 from zoo.train.optim import default_optim_config
 
 

@@ -58,6 +58,7 @@ _LONG_MODULES = (
     "tests/train/test_checkpoint_restore.py",
     "tests/test_squad_finetune.py",
     "tests/nn/test_recurrent.py",
+    "tests/nn/test_recurrent_backward.py",
     "tests/models/test_rnnlm.py",
     "tests/nn/test_transformer.py",
     "tests/test_rnnlm_task.py",

@@ -1,49 +1,18 @@
-import functools
+"""The recurrent cells and layers: float64 numpy references per cell, padding, direction and
+stacking, gradients, jit, bf16, the loop body, sharding, errors and torch parity."""
 
 import flax.linen as nn
 import jax
-import jax.experimental.rnn
-import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from zoo.errors import ConfigError
-from zoo.nn import cudnn_lstm, recurrent
+from tests.nn.recurrent_cases import (B, D, H, T, VARIANTS, assert_tree_close, jit_apply,
+                                      random_inputs, random_params)
+from zoo.nn import recurrent_cells
 from zoo.nn.recurrent import RNN, Bidirectional, StackedRNN
 from zoo.train import partitioning
-
-B, T, D, H = 2, 5, 6, 8
-
-VARIANTS = {
-    "rnn": {"cell": "rnn"},
-    "lstm": {"cell": "lstm"},
-    "lstm_peephole": {"cell": "lstm", "peephole": True},
-    "lstm_coupled": {"cell": "lstm", "coupled": True},
-    "lstm_coupled_peephole": {"cell": "lstm", "coupled": True, "peephole": True},
-    "gru": {"cell": "gru"},
-}
-
-
-def _inputs(b=B, t=T, d=D, seed=0):
-    return jnp.asarray(np.random.default_rng(seed).normal(size=(b, t, d)), jnp.float32)
-
-
-def _random_params(model, x, seed=1, **call_kw):
-    """Parameter shapes from an abstract init, every leaf drawn from N(0, 0.5²): no init compile,
-    and zero-initialised biases/peepholes or the forget-gate 1.0 cannot hide a wiring bug."""
-    shapes = nn.unbox(jax.eval_shape(model.init, jax.random.key(0), x, **call_kw))["params"]
-    rng = np.random.default_rng(seed)
-    return jax.tree.map(
-        lambda a: jnp.asarray(rng.normal(scale=0.5, size=a.shape), jnp.float32), shapes
-    )
-
-
-def _run(model, params, *args, **kw):
-    """Jitted apply: one compile per call instead of eager op-by-op dispatch."""
-    return jax.jit(functools.partial(model.apply, **kw))({"params": params}, *args)
-
 
 # ---------------------------------------------------------------- float64 numpy references
 
@@ -118,33 +87,25 @@ def _reference(kw, p, x):
     return ref_lstm(p, x, kw.get("peephole", False), kw.get("coupled", False))
 
 
-def _assert_tree_close(actual, expected, rtol=1e-5, atol=1e-6):
-    jax.tree.map(
-        lambda a, e: np.testing.assert_allclose(np.asarray(a, np.float64), e, rtol=rtol, atol=atol),
-        actual,
-        expected,
-    )
-
-
 # ---------------------------------------------------------------- tests
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_cells_match_float64_numpy_over_several_steps(variant):
     kw = VARIANTS[variant]
-    x = _inputs()
+    x = random_inputs()
     model = RNN(hidden_size=H, **kw)
-    params = _random_params(model, x)
+    params = random_params(model, x)
     ref_out, ref_carry = _reference(kw, params["cell"], x)
 
     # The scan path: fused projection + lax.scan.
-    out, carry = _run(model, params, x)
+    out, carry = jit_apply(model, params, x)
     assert out.shape == (B, T, H)
-    _assert_tree_close(out, ref_out)
-    _assert_tree_close(carry, ref_carry)
+    assert_tree_close(out, ref_out)
+    assert_tree_close(carry, ref_carry)
 
     # The cell's own one-step __call__, chained by hand for the first 3 steps.
-    cell = recurrent.make_cell(hidden_size=H, **kw)
+    cell = recurrent_cells.make_cell(hidden_size=H, **kw)
     step = jax.jit(cell.apply)
     cell_carry = cell.initialize_carry(B)
     for t in range(3):
@@ -153,7 +114,7 @@ def test_cells_match_float64_numpy_over_several_steps(variant):
 
 
 def test_init_layout_axes_and_forget_bias():
-    x = _inputs()
+    x = random_inputs()
     boxed = jax.eval_shape(
         RNN(hidden_size=H, cell="lstm", peephole=True).init, jax.random.key(0), x
     )
@@ -172,7 +133,7 @@ def test_init_layout_axes_and_forget_bias():
         u = np.asarray(p["recurrent_kernel"][:, g], np.float64)
         np.testing.assert_allclose(u.T @ u, np.eye(H), atol=1e-5)
     # (zeros recurrent init: only the bias matters here, and a QR init costs a compile)
-    coupled = recurrent.LSTMCell(H, coupled=True, recurrent_kernel_init=nn.initializers.zeros)
+    coupled = recurrent_cells.LSTMCell(H, coupled=True, recurrent_kernel_init=nn.initializers.zeros)
     p = nn.unbox(coupled.init(jax.random.key(0), D, method=coupled.weights))["params"]
     assert p["input_kernel"].shape == (D, 3, H)
     np.testing.assert_array_equal(p["bias"], np.repeat([[1.0], [0.0], [0.0]], H, 1))  # f, g, o
@@ -190,12 +151,12 @@ def test_padded_batch_equals_each_sequence_alone(reverse):
         x[i, n:] = 100.0 * rng.normal(size=(T - n, D))  # loud padding: any leak shows
     x = jnp.asarray(x, jnp.float32)
     model = RNN(hidden_size=H, cell="lstm", reverse=reverse)
-    params = _random_params(model, x, lengths=jnp.asarray(lengths))
+    params = random_params(model, x, lengths=jnp.asarray(lengths))
     # A nonzero initial carry: a length-0 sequence (and, reading backward, the padding steps
     # visited first) must leave exactly this state.
     init = tuple(jnp.asarray(rng.normal(size=(3, H)), jnp.float32) for _ in range(2))
 
-    out, carry = _run(model, params, x, jnp.asarray(lengths), init)
+    out, carry = jit_apply(model, params, x, jnp.asarray(lengths), init)
     forward = RNN(hidden_size=H, cell="lstm")
     for i, n in enumerate(lengths):
         init_i = tuple(a[i : i + 1] for a in init)  # (c, h), each (1, H)
@@ -204,21 +165,21 @@ def test_padded_batch_equals_each_sequence_alone(reverse):
         if n == 0:
             jax.tree.map(lambda c, c0: np.testing.assert_array_equal(c, c0[0]), carry_i, init_i)
             continue
-        alone_out, alone_carry = _run(model, params, x[i : i + 1, :n], None, init_i)
+        alone_out, alone_carry = jit_apply(model, params, x[i : i + 1, :n], None, init_i)
         np.testing.assert_allclose(out[i, :n], alone_out[0], rtol=1e-5, atol=1e-6)
-        _assert_tree_close(carry_i, jax.tree.map(lambda a: np.asarray(a[0]), alone_carry))
+        assert_tree_close(carry_i, jax.tree.map(lambda a: np.asarray(a[0]), alone_carry))
         if reverse:
             # Backward within its length == forward over the reversed unpadded sequence.
-            rev_out, rev_carry = _run(forward, params, x[i : i + 1, :n][:, ::-1], None, init_i)
+            rev_out, rev_carry = jit_apply(forward, params, x[i : i + 1, :n][:, ::-1], None, init_i)
             np.testing.assert_allclose(out[i, :n], rev_out[0, ::-1], rtol=1e-5, atol=1e-6)
-            _assert_tree_close(carry_i, jax.tree.map(lambda a: np.asarray(a[0]), rev_carry))
+            assert_tree_close(carry_i, jax.tree.map(lambda a: np.asarray(a[0]), rev_carry))
 
 
 def test_padding_gets_no_gradient():
     lengths = jnp.array([5, 3])
-    x = _inputs()
+    x = random_inputs()
     model = Bidirectional(hidden_size=H, cell="lstm")
-    params = _random_params(model, x, lengths=lengths)
+    params = random_params(model, x, lengths=lengths)
 
     def loss(x):
         out, carries = model.apply({"params": params}, x, lengths)
@@ -231,12 +192,12 @@ def test_padding_gets_no_gradient():
 
 def test_bidirectional_is_concat_of_forward_and_reverse_rnns():
     lengths = jnp.array([5, 3])
-    x = _inputs()
+    x = random_inputs()
     model = Bidirectional(hidden_size=H, cell="gru")
-    params = _random_params(model, x, lengths=lengths)
-    out, (fwd_carry, bwd_carry) = _run(model, params, x, lengths)
-    fwd_out, fwd_ref = _run(RNN(hidden_size=H, cell="gru"), params["forward"], x, lengths)
-    bwd_out, bwd_ref = _run(
+    params = random_params(model, x, lengths=lengths)
+    out, (fwd_carry, bwd_carry) = jit_apply(model, params, x, lengths)
+    fwd_out, fwd_ref = jit_apply(RNN(hidden_size=H, cell="gru"), params["forward"], x, lengths)
+    bwd_out, bwd_ref = jit_apply(
         RNN(hidden_size=H, cell="gru", reverse=True), params["backward"], x, lengths
     )
     assert out.shape == (B, T, 2 * H)
@@ -248,27 +209,27 @@ def test_bidirectional_is_concat_of_forward_and_reverse_rnns():
 
 def test_stacked_layer_two_reads_layer_one_outputs():
     lengths = jnp.array([5, 3])
-    x = _inputs(d=2 * H)  # same width as layer 0's output, so one compiled layer serves both
+    x = random_inputs(d=2 * H)  # same width as layer 0's output, so one compiled layer serves both
     model = StackedRNN(num_layers=2, hidden_size=H, cell="lstm", bidirectional=True)
-    params = _random_params(model, x, lengths=lengths)
-    out, carries = _run(model, params, x, lengths)
+    params = random_params(model, x, lengths=lengths)
+    out, carries = jit_apply(model, params, x, lengths)
 
     layer = jax.jit(Bidirectional(hidden_size=H, cell="lstm").apply)
     out0, carry0 = layer({"params": params["layer_0"]}, x, lengths)
     out1, carry1 = layer({"params": params["layer_1"]}, out0, lengths)
     np.testing.assert_allclose(out, out1, rtol=1e-6, atol=1e-7)
     assert len(carries) == 2
-    _assert_tree_close(carries, jax.tree.map(np.asarray, (carry0, carry1)), rtol=1e-6, atol=1e-7)
+    assert_tree_close(carries, jax.tree.map(np.asarray, (carry0, carry1)), rtol=1e-6, atol=1e-7)
 
 
 def test_stacked_dropout_only_between_layers():
     lengths = jnp.array([5, 3])
-    x = _inputs(d=H)
+    x = random_inputs(d=H)
     rngs = {"dropout": jax.random.key(7)}
     model = StackedRNN(num_layers=2, hidden_size=H, cell="rnn", dropout_rate=0.5)
-    params = _random_params(model, x, lengths=lengths)
-    train_out, train_carries = _run(model, params, x, lengths, deterministic=False, rngs=rngs)
-    eval_out, eval_carries = _run(model, params, x, lengths)
+    params = random_params(model, x, lengths=lengths)
+    train_out, train_carries = jit_apply(model, params, x, lengths, deterministic=False, rngs=rngs)
+    eval_out, eval_carries = jit_apply(model, params, x, lengths)
     assert not np.allclose(train_out[:, :3], eval_out[:, :3])
     np.testing.assert_array_equal(train_out[1, 3:], 0.0)
     # Layer 0 itself is untouched (dropout acts on its outputs, between the layers) ...
@@ -280,9 +241,9 @@ def test_stacked_dropout_only_between_layers():
 @pytest.mark.parametrize("variant", ["rnn", "lstm_peephole", "lstm_coupled_peephole", "gru"])
 def test_gradients_reach_every_param_and_are_finite(variant):
     lengths = jnp.array([5, 3])
-    x = _inputs()
+    x = random_inputs()
     model = RNN(hidden_size=H, **VARIANTS[variant])
-    params = _random_params(model, x, lengths=lengths)
+    params = random_params(model, x, lengths=lengths)
 
     def loss(params):
         out, carry = model.apply({"params": params}, x, lengths)
@@ -296,29 +257,29 @@ def test_gradients_reach_every_param_and_are_finite(variant):
 
 def test_jit_equals_no_jit():
     lengths = jnp.array([4, 2])
-    x = _inputs()
+    x = random_inputs()
     model = RNN(hidden_size=H, cell="lstm", peephole=True, reverse=True)
-    params = _random_params(model, x, lengths=lengths)
+    params = random_params(model, x, lengths=lengths)
     eager = model.apply({"params": params}, x, lengths)
-    jitted = _run(model, params, x, lengths)
-    _assert_tree_close(jitted, jax.tree.map(np.asarray, eager), rtol=1e-6, atol=1e-7)
+    jitted = jit_apply(model, params, x, lengths)
+    assert_tree_close(jitted, jax.tree.map(np.asarray, eager), rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
 def test_bf16_compute_keeps_f32_params_and_tracks_f32(cell):
     lengths = jnp.array([5, 3])
-    x = _inputs()
+    x = random_inputs()
     f32 = RNN(hidden_size=H, cell=cell)
     bf16 = RNN(hidden_size=H, cell=cell, dtype=jnp.bfloat16)
     shapes = nn.unbox(jax.eval_shape(bf16.init, jax.random.key(0), x, lengths))
     assert all(a.dtype == jnp.float32 for a in jax.tree.leaves(shapes))
-    params = _random_params(f32, x, lengths=lengths)
-    out, carry = _run(bf16, params, x, lengths)
-    ref_out, ref_carry = _run(f32, params, x, lengths)
+    params = random_params(f32, x, lengths=lengths)
+    out, carry = jit_apply(bf16, params, x, lengths)
+    ref_out, ref_carry = jit_apply(f32, params, x, lengths)
     assert out.dtype == jnp.bfloat16
     assert all(c.dtype == jnp.float32 for c in jax.tree.leaves(carry))  # state kept in f32
     np.testing.assert_allclose(out.astype(jnp.float32), ref_out, atol=3e-2)
-    _assert_tree_close(carry, jax.tree.map(np.asarray, ref_carry), rtol=0, atol=3e-2)
+    assert_tree_close(carry, jax.tree.map(np.asarray, ref_carry), rtol=0, atol=3e-2)
     assert not np.array_equal(out.astype(jnp.float32), ref_out)  # bf16 really was used
 
 
@@ -341,9 +302,9 @@ def test_loop_body_is_only_the_recurrent_matmul():
     # Input projection for all steps happens before the scan; the recurrent kernel is fetched
     # and cast to bf16 once, outside it.
     lengths = jnp.array([5, 3])
-    x = _inputs()
+    x = random_inputs()
     model = RNN(hidden_size=H, cell="lstm", dtype=jnp.bfloat16)
-    params = _random_params(model, x, lengths=lengths)
+    params = random_params(model, x, lengths=lengths)
     jaxpr = jax.make_jaxpr(lambda p: model.apply({"params": p}, x, lengths))(params).jaxpr
     bodies = list(_scan_bodies(jaxpr))
     assert len(bodies) == 1
@@ -361,12 +322,12 @@ def test_loop_body_is_only_the_recurrent_matmul():
 
 def test_sharded_equals_single_device():
     lengths = jnp.array([5, 3, 1, 4])
-    x = _inputs(b=4)
+    x = random_inputs(b=4)
     model = Bidirectional(hidden_size=H, cell="lstm")
     rules = partitioning.DEFAULT_RULES
     mesh = partitioning.make_mesh(data=4, fsdp=1, tensor=2)
     # Random values placed by the default rules (the same mapping sharded_init uses).
-    params = {"params": _random_params(model, x, lengths=lengths)}
+    params = {"params": random_params(model, x, lengths=lengths)}
     abstract = jax.eval_shape(model.init, jax.random.key(0), x, lengths)
     params = jax.device_put(params, nn.unbox(partitioning.logical_sharding(abstract, mesh, rules)))
     kernel = params["params"]["forward"]["cell"]["recurrent_kernel"]
@@ -378,11 +339,11 @@ def test_sharded_equals_single_device():
     host = jax.tree.map(np.asarray, params)
     ref_out, ref_carry = jax.jit(model.apply)(host, x, lengths)
     np.testing.assert_allclose(out, ref_out, rtol=1e-5, atol=1e-6)
-    _assert_tree_close(carry, jax.tree.map(np.asarray, ref_carry))
+    assert_tree_close(carry, jax.tree.map(np.asarray, ref_carry))
 
 
 def test_bad_arguments_name_the_argument():
-    x = _inputs()
+    x = random_inputs()
     key = jax.random.key(0)
     with pytest.raises(ValueError, match="cell must be one of"):
         jax.eval_shape(RNN(hidden_size=H, cell="lstmm").init, key, x)
@@ -400,7 +361,7 @@ def test_bad_arguments_name_the_argument():
 def test_matches_torch_with_converted_weights(cell):
     torch = pytest.importorskip("torch")
     lengths = np.array([5, 3])
-    x = np.asarray(_inputs())
+    x = np.asarray(random_inputs())
     gates = 4 if cell == "lstm" else 3
     torch.manual_seed(0)
     ref = (torch.nn.LSTM if cell == "lstm" else torch.nn.GRU)(
@@ -440,216 +401,3 @@ def test_matches_torch_with_converted_weights(cell):
         np.testing.assert_allclose(h, h_n[d].numpy(), rtol=1e-5, atol=1e-5)
         if c is not None:
             np.testing.assert_allclose(c, c_n[d].numpy(), rtol=1e-5, atol=1e-5)
-
-
-# ---------------------------------------------------------------- the custom VJP of RNN
-
-
-class _AutodiffRNN(nn.Module):
-    """What `RNN` computed before its custom VJP: the cell API under a plain `lax.scan`, left to
-    JAX's autodiff. Same parameter tree as `RNN`, so the two share parameters."""
-
-    hidden_size: int
-    cell: str = "lstm"
-    reverse: bool = False
-    peephole: bool = False
-    coupled: bool = False
-    dtype: object = jnp.float32
-
-    @nn.compact
-    def __call__(self, x, lengths=None, initial_carry=None):
-        cell = recurrent.make_cell(self.cell, self.hidden_size, peephole=self.peephole,
-                                   coupled=self.coupled, dtype=self.dtype, name="cell")
-        w = cell.weights(x.shape[-1])
-        xp = cell.project(w, x, time_major=True)  # (T, B, G, H)
-        carry = cell.initialize_carry(x.shape[0]) if initial_carry is None else initial_carry
-        steps = jnp.arange(x.shape[1])[:, None]
-        valid = steps >= 0 if lengths is None else steps < lengths[None, :]  # (T, B)
-
-        def body(carry, inputs):
-            xp_t, valid_t = inputs
-            new, h = cell.step(w, carry, xp_t)
-            new = jax.tree.map(lambda n, o: jnp.where(valid_t[:, None], n, o), new, carry)
-            return new, jnp.where(valid_t[:, None], h, 0).astype(self.dtype)
-
-        carry, out = jax.lax.scan(body, carry, (xp, valid), reverse=self.reverse)
-        return jnp.swapaxes(out, 0, 1), carry
-
-
-def _grads_both_ways(kw, reverse, lengths, dtype, seed=0):
-    """Gradients of one loss w.r.t. params, inputs and the initial carry, through `RNN` (custom
-    VJP) and through `_AutodiffRNN`, on the same random values."""
-    rng = np.random.default_rng(seed)
-    carry_dtype = jnp.promote_types(dtype, jnp.float32)
-    x = jnp.asarray(rng.normal(size=(3, T, D)), dtype)
-    model = RNN(hidden_size=H, reverse=reverse, dtype=dtype, **kw)
-    ref = _AutodiffRNN(hidden_size=H, reverse=reverse, dtype=dtype, **kw)
-    shapes = nn.unbox(jax.eval_shape(model.init, jax.random.key(0), x))["params"]
-    params = jax.tree.map(
-        lambda a: jnp.asarray(rng.normal(scale=0.5, size=a.shape), carry_dtype), shapes)
-    h0 = jnp.asarray(rng.normal(size=(3, H)), carry_dtype)
-    carry0 = (0.5 * h0, h0) if kw["cell"] == "lstm" else h0
-    lengths = None if lengths is None else jnp.asarray(lengths)
-    # A weighted sum of outputs and a nonlinear function of the final carry: every cotangent
-    # the VJP receives is nonzero and differs per position.
-    out_weights = jnp.asarray(rng.normal(size=(3, T, H)), carry_dtype)
-
-    def loss(module):
-        def f(p, x, c0):
-            out, carry = module.apply({"params": p}, x, lengths, c0)
-            final = sum(jnp.sum(jnp.sin(c)) for c in jax.tree.leaves(carry))
-            return jnp.sum(out.astype(carry_dtype) * out_weights) + final
-
-        return jax.jit(jax.grad(f, argnums=(0, 1, 2)))
-
-    return loss(model)(params, x, carry0), loss(ref)(params, x, carry0)
-
-
-GRAD_CASES = [  # (variant, reverse, lengths): every cell, both directions, padding
-    ("lstm", False, None),
-    ("lstm", True, [5, 2, 0]),
-    ("lstm_peephole", False, [5, 3, 1]),
-    ("lstm_coupled", True, None),
-    ("lstm_coupled_peephole", True, [5, 2, 0]),
-    ("gru", False, [5, 2, 0]),
-    ("gru", True, None),
-    ("rnn", True, [4, 5, 1]),
-]
-
-
-@pytest.mark.parametrize("variant,reverse,lengths", GRAD_CASES)
-def test_custom_vjp_equals_autodiff_of_the_plain_scan_in_float64(variant, reverse, lengths):
-    with jax.enable_x64(True):
-        ours, ref = _grads_both_ways(VARIANTS[variant], reverse, lengths, jnp.float64)
-        ours, ref = jax.tree.map(np.asarray, (ours, ref))  # float64 kept outside x64 mode
-    # Same maths in another order (one matmul over all steps instead of a sum of per-step
-    # products): equal to float64 rounding, for params, inputs and the initial carry.
-    jax.tree.map(lambda a, e: np.testing.assert_allclose(a, e, rtol=1e-10, atol=1e-12), ours, ref)
-    assert all(np.any(g != 0) for g in jax.tree.leaves(ours))
-    if lengths is not None:  # padded positions of x get exactly zero gradient
-        for i, n in enumerate(lengths):
-            np.testing.assert_array_equal(ours[1][i, n:], 0.0)
-
-
-def test_custom_vjp_passes_a_numerical_gradient_check():
-    # Independent of any autodiff: central differences in float64, reverse + padding + peepholes
-    # (the most branches of the VJP at once).
-    from jax.test_util import check_grads
-
-    lengths = jnp.array([5, 3])
-    with jax.enable_x64(True):
-        x = jnp.asarray(np.random.default_rng(4).normal(size=(2, T, D)))
-        model = RNN(hidden_size=H, peephole=True, reverse=True, dtype=jnp.float64)
-        params = jax.tree.map(
-            lambda a: jnp.asarray(a, jnp.float64), _random_params(model, x, lengths=lengths))
-
-        def f(p, x):
-            out, (c, h) = model.apply({"params": p}, x, lengths)
-            return jnp.sum(jnp.tanh(out)) + jnp.sum(c * h)
-
-        check_grads(f, (params, x), order=1, modes=("rev",), atol=1e-6, rtol=1e-6)
-
-
-@pytest.mark.parametrize("cell", ["lstm", "gru"])
-def test_custom_vjp_in_bfloat16_tracks_autodiff(cell):
-    ours, ref = _grads_both_ways({"cell": cell}, False, [5, 2, 0], jnp.bfloat16)
-    # Parameter gradients stay float32 (param dtype) and x's gradient takes x's dtype.
-    assert all(g.dtype == jnp.float32 for g in jax.tree.leaves(ours[0]))
-    assert ours[1].dtype == jnp.bfloat16
-    for a, e in zip(jax.tree.leaves(ours), jax.tree.leaves(ref)):
-        a, e = np.asarray(a, np.float32), np.asarray(e, np.float32)
-        # bf16 matmul inputs either way; only the accumulation order differs.
-        np.testing.assert_allclose(a, e, rtol=0, atol=3e-2 * np.abs(e).max())
-
-
-
-def test_custom_vjp_sharded_gradients_equal_single_device():
-    # The hand-written backward under the default rules on a (data 4, tensor 2) mesh: batch
-    # split over data, the hidden units of every kernel over tensor.
-    lengths = jnp.array([5, 3, 1, 4])
-    x = _inputs(b=4)
-    model = Bidirectional(hidden_size=H, cell="lstm")
-    rules = partitioning.DEFAULT_RULES
-    mesh = partitioning.make_mesh(data=4, fsdp=1, tensor=2)
-    params = {"params": _random_params(model, x, lengths=lengths)}
-    abstract = jax.eval_shape(model.init, jax.random.key(0), x, lengths)
-    sharded = jax.device_put(
-        params, nn.unbox(partitioning.logical_sharding(abstract, mesh, rules)))
-
-    def loss(p, x):
-        out, carries = model.apply(p, x, lengths)
-        return jnp.sum(out**2) + sum(jnp.sum(jnp.sin(c)) for c in jax.tree.leaves(carries))
-
-    grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
-    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
-        got = grad(sharded, x)
-    expected = grad(jax.tree.map(np.asarray, params), x)
-    jax.tree.map(lambda a, e: np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6), got, expected)
-
-
-# ---------------------------------------------------------------- the cuDNN backend
-
-
-@pytest.mark.parametrize("reverse", [False, True])
-def test_cudnn_packing_runs_jax_reference_lstm_equal_to_the_scan(reverse):
-    # No GPU here: the packed vector goes through jax.experimental.rnn's own unpacking and its
-    # plain-XLA reference LSTM (`reference=True`), which must reproduce the scan backend:
-    # outputs, final carries (a length-0 row included), and gradients back to our parameters.
-    lengths = jnp.array([5, 2, 0])
-    rng = np.random.default_rng(6)
-    x = jnp.asarray(rng.normal(size=(3, T, D)), jnp.float32)
-    model = RNN(hidden_size=H, cell="lstm", reverse=reverse)
-    params = _random_params(model, x, lengths=lengths)
-    init = tuple(jnp.asarray(rng.normal(size=(3, H)), jnp.float32) for _ in range(2))
-    out_weights = jnp.asarray(rng.normal(size=(3, T, H)), jnp.float32)
-
-    def loss_scan(p):
-        out, (c, h) = model.apply({"params": p}, x, lengths, init)
-        return jnp.sum(out * out_weights) + jnp.sum(jnp.sin(c)) + jnp.sum(h**3), (out, (c, h))
-
-    def loss_cudnn_reference(p):
-        (c, h), out = cudnn_lstm.lstm(p["cell"], x, init, lengths, reverse=reverse,
-                                      reference=True)
-        return jnp.sum(out * out_weights) + jnp.sum(jnp.sin(c)) + jnp.sum(h**3), (out, (c, h))
-
-    g_scan, (out, carry) = jax.jit(jax.grad(loss_scan, has_aux=True))(params)
-    g_ref, (ref_out, ref_carry) = jax.jit(jax.grad(loss_cudnn_reference, has_aux=True))(params)
-    np.testing.assert_allclose(out, ref_out, rtol=1e-5, atol=1e-6)
-    _assert_tree_close(carry, jax.tree.map(np.asarray, ref_carry))
-    jax.tree.map(lambda a, e: np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5), g_scan, g_ref)
-    jax.tree.map(lambda c, c0: np.testing.assert_array_equal(c[2], c0[2]), carry, init)  # length 0
-
-
-def test_cudnn_weight_layout_is_torch_lstm_flat():
-    # jax.experimental.rnn documents cuDNN's vector as torch.nn.LSTM's tensors, flattened in
-    # order with the double bias: [weight_ih_l0, weight_hh_l0, bias_ih_l0, bias_hh_l0].
-    torch = pytest.importorskip("torch")
-    torch.manual_seed(0)
-    ref = torch.nn.LSTM(D, H, batch_first=True)
-    sd = {k: v.detach().numpy() for k, v in ref.state_dict().items()}
-    ours = {
-        "input_kernel": sd["weight_ih_l0"].reshape(4, H, D).transpose(2, 0, 1),
-        "recurrent_kernel": sd["weight_hh_l0"].reshape(4, H, H).transpose(2, 0, 1),
-        "bias": (sd["bias_ih_l0"] + sd["bias_hh_l0"]).reshape(4, H),
-    }
-    flat = cudnn_lstm.pack_weights(**{k: jnp.asarray(v) for k, v in ours.items()})
-    expected = np.concatenate([sd["weight_ih_l0"].ravel(), sd["weight_hh_l0"].ravel(),
-                               sd["bias_ih_l0"] + sd["bias_hh_l0"], np.zeros(4 * H)])
-    assert flat.shape == (jax.experimental.rnn.get_num_params_in_lstm(D, H, 1, False),)
-    np.testing.assert_allclose(flat, expected, rtol=1e-6)
-
-
-def test_cudnn_backend_says_what_it_cannot_run():
-    x = _inputs()
-    key = jax.random.key(0)
-    assert jax.default_backend() == "cpu"
-    with pytest.raises(ConfigError, match="cudnn RNN needs a GPU"):
-        jax.eval_shape(RNN(hidden_size=H, backend="cudnn").init, key, x)
-    with pytest.raises(ConfigError, match="plain LSTM only"):
-        jax.eval_shape(RNN(hidden_size=H, cell="gru", backend="cudnn").init, key, x)
-    with pytest.raises(ConfigError, match="plain LSTM only"):
-        jax.eval_shape(RNN(hidden_size=H, peephole=True, backend="cudnn").init, key, x)
-    with pytest.raises(ConfigError, match="float32 only"):
-        jax.eval_shape(RNN(hidden_size=H, dtype=jnp.bfloat16, backend="cudnn").init, key, x)
-    with pytest.raises(ConfigError, match="backend must be one of"):
-        jax.eval_shape(RNN(hidden_size=H, backend="cuda").init, key, x)

@@ -7,7 +7,7 @@ every layer, hence also before the softmax), never to the state carried from ste
 it regularises without eroding the memory. Optionally the output projection is the embedding
 table itself (Press & Wolf 2017; Inan et al. 2017), which needs hidden_size == embed_dim.
 
-The cells are zoo.nn.recurrent's (PyTorch gate order, float32 carry). Inputs are the GPT task's
+The cells are zoo.nn.recurrent_cells' (PyTorch gate order, float32 carry). Inputs are the GPT task's
 packed rows: several documents share a row, so each layer's state is reset to zeros wherever a
 new document starts (segment_ids[t] != segment_ids[t-1]) and never carries one document into the
 next. `zoo.nn.recurrent.RNN` has no resets, so the per-layer scan lives here, built from the
@@ -17,7 +17,7 @@ Parameters (G gates: 4 LSTM, 3 GRU, 1 Elman; D = embed_dim; H = hidden_size):
 
     embed/embedding          (V, D)   ('vocab', 'embed')
     layer_{k}/input_kernel   (D or H, G, H), recurrent_kernel (H, G, H), bias (G, H)
-                             [GRU: + recurrent_bias (G, H)]   (see zoo.nn.recurrent)
+                             [GRU: + recurrent_bias (G, H)]   (see zoo.nn.recurrent_cells)
     output/kernel, bias      (H, V), (V,)   ('embed', 'vocab')   when not tied
     output_bias              (V,)     ('vocab',)                   when tied
 """
@@ -33,7 +33,7 @@ from zoo.errors import ConfigError
 from zoo.models.config_checks import check_float_dtypes
 from zoo.nn.embeddings import Embed
 from zoo.nn.linear import Dense
-from zoo.nn.recurrent import CELL_KINDS, make_cell
+from zoo.nn.recurrent_cells import CELL_KINDS, make_cell
 
 Carries = tuple  # one carry per layer: (c, h) for the LSTM, h for GRU / Elman; each (B, H)
 

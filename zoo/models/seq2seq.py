@@ -83,7 +83,8 @@ from zoo.models.config_checks import check_float_dtypes
 from zoo.nn.embeddings import Embed
 from zoo.nn.linear import Dense
 from zoo.nn.masks import masked_softmax
-from zoo.nn.recurrent import CELL_KINDS, StackedRNN, make_cell
+from zoo.nn.recurrent import StackedRNN
+from zoo.nn.recurrent_cells import CELL_KINDS, make_cell
 
 ATTENTIONS = ("none", "additive", "dot", "general")
 _NUM_GATES = {"lstm": 4, "gru": 3, "rnn": 1}

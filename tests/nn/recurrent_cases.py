@@ -1,0 +1,46 @@
+"""What the recurrent tests share: sizes, the cell variants, random inputs and parameters."""
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+B, T, D, H = 2, 5, 6, 8
+
+VARIANTS = {
+    "rnn": {"cell": "rnn"},
+    "lstm": {"cell": "lstm"},
+    "lstm_peephole": {"cell": "lstm", "peephole": True},
+    "lstm_coupled": {"cell": "lstm", "coupled": True},
+    "lstm_coupled_peephole": {"cell": "lstm", "coupled": True, "peephole": True},
+    "gru": {"cell": "gru"},
+}
+
+
+def random_inputs(b=B, t=T, d=D, seed=0):
+    return jnp.asarray(np.random.default_rng(seed).normal(size=(b, t, d)), jnp.float32)
+
+
+def random_params(model, x, seed=1, **call_kw):
+    """Parameter shapes from an abstract init, every leaf drawn from N(0, 0.5²): no init compile,
+    and zero-initialised biases/peepholes or the forget-gate 1.0 cannot hide a wiring bug."""
+    shapes = nn.unbox(jax.eval_shape(model.init, jax.random.key(0), x, **call_kw))["params"]
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(
+        lambda a: jnp.asarray(rng.normal(scale=0.5, size=a.shape), jnp.float32), shapes
+    )
+
+
+def jit_apply(model, params, *args, **kw):
+    """Jitted apply: one compile per call instead of eager op-by-op dispatch."""
+    return jax.jit(functools.partial(model.apply, **kw))({"params": params}, *args)
+
+
+def assert_tree_close(actual, expected, rtol=1e-5, atol=1e-6):
+    jax.tree.map(
+        lambda a, e: np.testing.assert_allclose(np.asarray(a, np.float64), e, rtol=rtol, atol=atol),
+        actual,
+        expected,
+    )
