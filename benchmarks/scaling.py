@@ -77,8 +77,10 @@ OOM_PATHS = ("attention_einsum", "attention_dot_product", "attention_cudnn")
 LENGTH_PATHS = ("attention_einsum", "attention_dot_product", "attention_cudnn",
                 "attention_blockwise", "attention_local")
 LENGTH_START_N = 1024
-# A length is only run when XLA's buffers for it fit in this share of the memory available.
-LENGTH_MEMORY_SHARE = 0.8
+# A length is only run when XLA's buffers for it fit in this share of the memory available: on
+# the CPU the process's peak exceeds XLA's count (measured: einsum forward+backward at n=16,384,
+# batch 1, d 256: XLA counted 16.2 GiB, the process reached 23 GiB and was killed).
+LENGTH_MEMORY_SHARE = 0.6
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 # The OOM search stops doubling n once the next call would take longer than this (time, not
 # memory, became the limit).
@@ -375,16 +377,22 @@ def longest_n_search(args: argparse.Namespace, models: Sequence[str]) -> dict:
     the lengths run), stopped, runs: [{n, seconds, program_bytes, temp_bytes}]}}},
     time_ratios: {'blockwise / einsum': {pass: {n: ratio}}, ...}}."""
     d, heads, dtype = args.length_d, args.heads, DTYPES[args.dtype]
-    available = machine.device_memory_bytes() or machine.available_memory_bytes()
-    budget = LENGTH_MEMORY_SHARE * available
+
+    def available_now() -> int:
+        # Re-read before every length: memory a previous length took may not have gone back
+        # to the system (the CPU allocator keeps it), and a GPU's limit is fixed.
+        return machine.device_memory_bytes() or machine.available_memory_bytes()
+
+    available = available_now()
     result = {"d": d, "heads": heads, "batch": 1, "memory_available_bytes": available,
               "paths": {}, "time_ratios": {},
               "note": (f"batch 1, d {d}, {heads} heads, {args.dtype}, window {args.window} for "
                        f"local; n doubles from {LENGTH_START_N}, each length run once after "
                        f"compiling; a length is not run when XLA's buffers for it exceed "
-                       f"{LENGTH_MEMORY_SHARE:.0%} of the {available / 2**30:.1f} GiB available, "
-                       f"or when its time, extrapolated from the last run (x4 for exact "
-                       f"attention, x2 for local), exceeds --length-max-s {args.length_max_s:g}")}
+                       f"{LENGTH_MEMORY_SHARE:.0%} of the memory available at that moment "
+                       f"({available / 2**30:.1f} GiB at the start), or when its time, "
+                       f"extrapolated from the last run (x4 for exact attention, x2 for local), "
+                       f"exceeds --length-max-s {args.length_max_s:g}")}
     for path in [m for m in LENGTH_PATHS if m in models]:
         module, extract = build_model(path, d, heads, args.kernel, dtype, block=args.block,
                                       window=args.window)
@@ -394,16 +402,19 @@ def longest_n_search(args: argparse.Namespace, models: Sequence[str]) -> dict:
             fn = make_fn(module, extract, pass_)
             runs, stopped, n = [], f"reached --length-max-n {args.length_max_n}", LENGTH_START_N
             while n <= args.length_max_n:
+                # Memory first (compiling allocates nothing): when both would stop a length,
+                # memory is the limit that does not move with more patience.
+                x_spec = jax.ShapeDtypeStruct((1, n, d), dtype)
+                compiled, stats = machine.compile_with_stats(fn, params, x_spec)
+                free = available_now()
+                if stats["program_bytes"] and stats["program_bytes"] > LENGTH_MEMORY_SHARE * free:
+                    stopped = (f"memory: n={n} needs {stats['program_bytes'] / 2**30:.1f} GiB of "
+                               f"buffers > {LENGTH_MEMORY_SHARE:.0%} of the "
+                               f"{free / 2**30:.1f} GiB available")
+                    break
                 if runs and growth * runs[-1]["seconds"] > args.length_max_s:
                     stopped = (f"time: n={n} would take ~{growth * runs[-1]['seconds']:.0f} s > "
                                f"--length-max-s {args.length_max_s:g}")
-                    break
-                x_spec = jax.ShapeDtypeStruct((1, n, d), dtype)
-                compiled, stats = machine.compile_with_stats(fn, params, x_spec)
-                if stats["program_bytes"] and stats["program_bytes"] > budget:
-                    stopped = (f"memory: n={n} needs {stats['program_bytes'] / 2**30:.1f} GiB of "
-                               f"buffers > {LENGTH_MEMORY_SHARE:.0%} of "
-                               f"{available / 2**30:.1f} GiB available")
                     break
                 x = jax.random.normal(jax.random.key(1), (1, n, d), dtype)
                 # Short calls: the median of a few after a warm-up; long ones: one call.

@@ -167,17 +167,20 @@ def plot_length(summary: dict, path: str) -> None:
     length = summary["length"]
     fig, (memory, timing) = plt.subplots(1, 2, figsize=(12, 4.5))
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    for color, (name, passes) in zip(colors * 2, length["paths"].items()):
+    # Paths with equal buffers (blockwise and local) would hide each other: a marker each, the
+    # later ones smaller and drawn on top.
+    for index, (name, passes) in enumerate(length["paths"].items()):
+        color, marker, size = colors[index % len(colors)], "osD^v"[index % 5], 7 - index
         for pass_, res in passes.items():
             runs = res["runs"]
             if not runs:
                 continue
             ns = [r["n"] for r in runs]
             label = f"{name.removeprefix('attention_')} {pass_} (to n={ns[-1]:,})"
-            memory.plot(ns, [r["program_bytes"] / 2**20 for r in runs], _STYLE[pass_],
-                        marker="o", markersize=3, color=color, label=label)
-            timing.plot(ns, [r["seconds"] for r in runs], _STYLE[pass_], marker="o",
-                        markersize=3, color=color, label=label)
+            style = dict(marker=marker, markersize=size, color=color, label=label,
+                         markerfacecolor="none")
+            memory.plot(ns, [r["program_bytes"] / 2**20 for r in runs], _STYLE[pass_], **style)
+            timing.plot(ns, [r["seconds"] for r in runs], _STYLE[pass_], **style)
     memory.axhline(length["memory_available_bytes"] / 2**20, color="red", linestyle=":",
                    label="memory available")
     memory.set(title=f"program buffers, batch 1, d {length['d']}", ylabel="MiB")
