@@ -7,6 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from zoo.nn.recurrent import Bidirectional
+from zoo.train import partitioning
+
 B, T, D, H = 2, 5, 6, 8
 
 VARIANTS = {
@@ -44,3 +47,19 @@ def assert_tree_close(actual, expected, rtol=1e-5, atol=1e-6):
         actual,
         expected,
     )
+
+
+def sharded_bidirectional_lstm():
+    """A Bidirectional LSTM on a (data 4, tensor 2) mesh under the default rules: (model, x,
+    lengths, host params, the same params placed as the rules place them, mesh, rules)."""
+    lengths = jnp.array([5, 3, 1, 4])
+    x = random_inputs(b=4)
+    model = Bidirectional(hidden_size=H, cell="lstm")
+    rules = partitioning.DEFAULT_RULES
+    mesh = partitioning.make_mesh(data=4, fsdp=1, tensor=2)
+    # Random values placed by the default rules (the same mapping sharded_init uses).
+    params = {"params": random_params(model, x, lengths=lengths)}
+    abstract = jax.eval_shape(model.init, jax.random.key(0), x, lengths)
+    sharded = jax.device_put(
+        params, nn.unbox(partitioning.logical_sharding(abstract, mesh, rules)))
+    return model, x, lengths, params, sharded, mesh, rules

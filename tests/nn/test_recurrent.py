@@ -9,10 +9,10 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from tests.nn.recurrent_cases import (B, D, H, T, VARIANTS, assert_tree_close, jit_apply,
-                                      random_inputs, random_params)
+                                      random_inputs, random_params,
+                                      sharded_bidirectional_lstm)
 from zoo.nn import recurrent_cells
 from zoo.nn.recurrent import RNN, Bidirectional, StackedRNN
-from zoo.train import partitioning
 
 # ---------------------------------------------------------------- float64 numpy references
 
@@ -321,15 +321,7 @@ def test_loop_body_is_only_the_recurrent_matmul():
 
 
 def test_sharded_equals_single_device():
-    lengths = jnp.array([5, 3, 1, 4])
-    x = random_inputs(b=4)
-    model = Bidirectional(hidden_size=H, cell="lstm")
-    rules = partitioning.DEFAULT_RULES
-    mesh = partitioning.make_mesh(data=4, fsdp=1, tensor=2)
-    # Random values placed by the default rules (the same mapping sharded_init uses).
-    params = {"params": random_params(model, x, lengths=lengths)}
-    abstract = jax.eval_shape(model.init, jax.random.key(0), x, lengths)
-    params = jax.device_put(params, nn.unbox(partitioning.logical_sharding(abstract, mesh, rules)))
+    model, x, lengths, _, params, mesh, rules = sharded_bidirectional_lstm()
     kernel = params["params"]["forward"]["cell"]["recurrent_kernel"]
     assert kernel.sharding.spec == P(None, None, "tensor")
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):

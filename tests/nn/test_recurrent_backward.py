@@ -10,11 +10,10 @@ import numpy as np
 import pytest
 
 from tests.nn.recurrent_cases import (D, H, T, VARIANTS, assert_tree_close, random_inputs,
-                                      random_params)
+                                      random_params, sharded_bidirectional_lstm)
 from zoo.errors import ConfigError
 from zoo.nn import cudnn_lstm, recurrent_cells
-from zoo.nn.recurrent import RNN, Bidirectional
-from zoo.train import partitioning
+from zoo.nn.recurrent import RNN
 
 # ---------------------------------------------------------------- the custom VJP of RNN
 
@@ -140,15 +139,7 @@ def test_custom_vjp_in_bfloat16_tracks_autodiff(cell):
 def test_custom_vjp_sharded_gradients_equal_single_device():
     # The hand-written backward under the default rules on a (data 4, tensor 2) mesh: batch
     # split over data, the hidden units of every kernel over tensor.
-    lengths = jnp.array([5, 3, 1, 4])
-    x = random_inputs(b=4)
-    model = Bidirectional(hidden_size=H, cell="lstm")
-    rules = partitioning.DEFAULT_RULES
-    mesh = partitioning.make_mesh(data=4, fsdp=1, tensor=2)
-    params = {"params": random_params(model, x, lengths=lengths)}
-    abstract = jax.eval_shape(model.init, jax.random.key(0), x, lengths)
-    sharded = jax.device_put(
-        params, nn.unbox(partitioning.logical_sharding(abstract, mesh, rules)))
+    model, x, lengths, params, sharded, mesh, rules = sharded_bidirectional_lstm()
 
     def loss(p, x):
         out, carries = model.apply(p, x, lengths)

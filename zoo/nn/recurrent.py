@@ -169,7 +169,7 @@ def _layer(cell: Cell, reverse: bool, unroll: int, x_dtype: Dtype):
         def body(carry, inputs):
             xp_t, valid_t = inputs
             xb = xp_t.astype(cell.carry_dtype) + bias  # (B, G, H)
-            hp = cell._recurrent({"recurrent_kernel": kernel_hh}, cell.hidden(carry))
+            hp = cell.recurrent_projection({"recurrent_kernel": kernel_hh}, cell.hidden(carry))
             new, h = _masked_gates(cell, valid_t)(rest, carry, xb, hp)
             if not keep_residuals:
                 return new, h.astype(cell.dtype)

@@ -163,8 +163,9 @@ class Cell(nn.Module):
             )
         return (xp + w["bias"]).astype(self.dtype)
 
-    def _recurrent(self, w: dict[str, Array], h: Array) -> Array:
-        # (B, H) x (H, G, H) -> (B, G, H), accumulated in the carry dtype.
+    @nn.nowrap
+    def recurrent_projection(self, w: dict[str, Array], h: Array) -> Array:
+        """h (B, H) through the recurrent kernel: (B, G, H), accumulated in the carry dtype."""
         return jnp.einsum(
             "bh,hgk->bgk",
             h.astype(self.dtype),
@@ -185,7 +186,7 @@ class Cell(nn.Module):
     @nn.nowrap
     def step(self, w: dict[str, Array], carry: Carry, xp_t: Array) -> tuple[Carry, Array]:
         """Recurrent half: (carry, xp_t (B, G, H)) -> (new carry, h_t (B, H) in `carry_dtype`)."""
-        return self.gates(w, carry, xp_t, self._recurrent(w, self.hidden(carry)))
+        return self.gates(w, carry, xp_t, self.recurrent_projection(w, self.hidden(carry)))
 
     def __call__(self, carry: Carry, x_t: Array) -> tuple[Carry, Array]:
         """One time step from raw inputs: x_t (B, D) -> (new carry, h_t (B, H) in `dtype`).
