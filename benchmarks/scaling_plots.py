@@ -32,6 +32,19 @@ def _by_n(records: list[dict], model: str, pass_: str, d: int, key: str) -> tupl
     return [n for n, _ in points], [v for _, v in points]
 
 
+def _finish_axes(ax) -> None:
+    """A grid on both scales and a legend when anything is labelled."""
+    ax.grid(True, which="both", alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+
+
+def _save(fig, path: str) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def _largest_d(records: list[dict], model: str) -> int | None:
     ds = [r["d"] for r in records if r["model"] == model]
     return max(ds) if ds else None
@@ -59,12 +72,8 @@ def plot_time_vs_n(records: list[dict], path: str) -> None:
                             color="gray")
         ax.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel="median time (s)",
                title=pass_.replace("_", " + "))
-        ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        _finish_axes(ax)
+    _save(fig, path)
 
 
 def plot_memory_vs_n(records: list[dict], summary: dict, path: str) -> None:
@@ -92,12 +101,8 @@ def plot_memory_vs_n(records: list[dict], summary: dict, path: str) -> None:
                                 rotation=90, va="top")
         ax.set(xscale="log", yscale="log", xlabel="sequence length n",
                ylabel="program buffers (MiB)", title=pass_.replace("_", " + "))
-        ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        _finish_axes(ax)
+    _save(fig, path)
 
 
 def plot_crossover(records: list[dict], summary: dict, path: str) -> None:
@@ -122,9 +127,7 @@ def plot_crossover(records: list[dict], summary: dict, path: str) -> None:
         left.axhline(1.0, color="black", linewidth=1)
         left.set(title=f"time({model}) / time({ref})  (solid forward, dashed fwd+bwd)")
     left.set(xscale="log", yscale="log", xlabel="sequence length n", ylabel="time ratio")
-    left.grid(True, which="both", alpha=0.3)
-    if left.get_legend_handles_labels()[0]:
-        left.legend(fontsize=7)
+    _finish_axes(left)
 
     found = False
     # Against the fastest RNN of each cell (ours or torch's) where measured, else ours.
@@ -153,12 +156,8 @@ def plot_crossover(records: list[dict], summary: dict, path: str) -> None:
                    transform=right.transAxes)
     right.set(xscale="log", yscale="log", xlabel="width d", ylabel="crossover n*",
               title="n* at which attention becomes slower")
-    right.grid(True, which="both", alpha=0.3)
-    if right.get_legend_handles_labels()[0]:
-        right.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _finish_axes(right)
+    _save(fig, path)
 
 
 def plot_length(summary: dict, path: str) -> None:
@@ -187,12 +186,8 @@ def plot_length(summary: dict, path: str) -> None:
     timing.set(title="time of one call", ylabel="seconds")
     for ax in (memory, timing):
         ax.set(xscale="log", yscale="log", xlabel="sequence length n")
-        ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+        _finish_axes(ax)
+    _save(fig, path)
 
 
 def write_plots(records: list[dict], summary: dict, directory: str) -> list[str]:
