@@ -61,12 +61,30 @@ def _check(spec, q, k, v, d_out, bias=None, dense=None, block_q=8, block_k=8, ji
                                    atol=RTOL, err_msg=name)
 
 
-@pytest.mark.parametrize("name", list(SPECS))
-@pytest.mark.parametrize("blocks", [(8, 8), (16, 5), (64, 64)], ids=["8x8", "16x5", "whole"])
+# 37 positions: square blocks that leave a partial last block for every mask kind, and unequal
+# ones that divide neither length for the kinds whose block bounds differ most (block sizes
+# that divide it: test_blocks_that_divide_the_length).
+BLOCK_CASES = [(name, (8, 8)) for name in SPECS] + [
+    (name, (16, 5)) for name in ("packed_causal", "window_both_sides", "causal_window",
+                                 "key_padding")]
+
+
+@pytest.mark.parametrize("name, blocks", BLOCK_CASES,
+                         ids=[f"{name}-{q}x{k}" for name, (q, k) in BLOCK_CASES])
 def test_outputs_and_gradients_equal_float64_reference(name, blocks):
     q, k, v, d_out = _case(seed=len(name))
     bias = np.random.default_rng(7).normal(size=(1, 3, 37, 37)).astype(np.float32)
     _check(SPECS[name], q, k, v, d_out, bias=bias, block_q=blocks[0], block_k=blocks[1])
+
+
+@pytest.mark.parametrize("spec", [
+    MaskSpec.self_attention(SEGMENTS[:, :32], causal=True, packed=True),
+    MaskSpec.self_attention(SEGMENTS[:, :32] != 0, window=(5, 3)),
+], ids=["packed_causal", "window"])
+def test_blocks_that_divide_the_length(spec):
+    q, k, v, d_out = _case(seed=12, q_len=32, k_len=32)
+    bias = np.random.default_rng(13).normal(size=(1, 3, 32, 32)).astype(np.float32)
+    _check(spec, q, k, v, d_out, bias=bias, block_q=8, block_k=16)
 
 
 def test_cross_attention_with_different_lengths_and_broadcast_bias():

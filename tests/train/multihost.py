@@ -41,10 +41,14 @@ def command(workdir, steps: int, every: int, keep: int, script=None) -> list[str
     ]
 
 
-def base_env(devices_per_process: int) -> dict:
-    """This environment on the CPU with that many fake devices, and no cluster variables."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices_per_process}")
+def base_env(devices_per_process: int, fast_compile: bool = False) -> dict:
+    """This environment on the CPU with that many fake devices, and no cluster variables.
+    `fast_compile`: LLVM -O0 code generation (as the fast tier's in-process tests; see
+    tests/conftest.py), for runs whose few steps cost less than compiling them."""
+    flags = f"--xla_force_host_platform_device_count={devices_per_process}"
+    if fast_compile:
+        flags += " --xla_backend_optimization_level=0"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=flags)
     for key in CLUSTER_VARIABLES:
         env.pop(key, None)
     return env

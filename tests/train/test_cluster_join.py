@@ -1,8 +1,9 @@
 """Joining a cluster the way JAX does (zoo.train.distributed hands detection to JAX): a 2-worker
-Cloud TPU VM slice, simulated by one GCE metadata server per worker on 127.0.0.1, and a 2-task
-SLURM job. Their train.py processes pretrain tiny BERT as one process on the same 4 devices
-would; a preemption notice to one TPU worker makes both save the same step, and the rerun
-finishes like the uninterrupted run. A lone process starts no coordination service."""
+Cloud TPU VM slice, simulated by one GCE metadata server per worker on 127.0.0.1, and (in the
+acceptance tier) a 2-task SLURM job. Their train.py processes pretrain tiny BERT as one process
+on the same 4 devices would; a preemption notice to one TPU worker makes both save the same
+step, and the rerun finishes like the uninterrupted run. A lone process starts no
+coordination service."""
 
 import http.server
 import os
@@ -14,6 +15,9 @@ from tests.train import multihost
 from zoo.train import distributed
 
 STEPS, EVERY = 12, 4
+# A dozen steps of tiny BERT cost less than compiling them: -O0 code generation for every run
+# here (each compared only with runs compiled the same way).
+FAST = True
 DEVICES = 4  # 1 process x 4 devices, or 2 processes x 2
 LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tpu_vm_launcher.py")
 METADATA_PATH = "/computeMetadata/v1/instance/attributes/"
@@ -71,7 +75,7 @@ def single_process(tmp_path_factory):
     """The reference: one process with all DEVICES devices."""
     workdir = str(tmp_path_factory.mktemp("single"))
     multihost.finish(multihost.launch(multihost.command(workdir, STEPS, EVERY, keep=STEPS),
-                                      [multihost.base_env(DEVICES)]))
+                                      [multihost.base_env(DEVICES, FAST)]))
     return workdir
 
 
@@ -79,7 +83,7 @@ def _tpu_vm_workers(workdir, servers):
     # Each worker asks its own metadata server; the coordinator port is JAX's override of its
     # fixed TPU port (8482), so parallel tests cannot collide.
     port = str(multihost.free_port())
-    envs = [dict(multihost.base_env(DEVICES // 2), GCE_METADATA_IP=server.address,
+    envs = [dict(multihost.base_env(DEVICES // 2, FAST), GCE_METADATA_IP=server.address,
                  JAX_COORDINATOR_PORT=port) for server in servers]
     return multihost.launch(multihost.command(workdir, STEPS, EVERY, keep=STEPS,
                                               script=LAUNCHER), envs)
@@ -102,10 +106,11 @@ def test_tpu_vm_workers_join_through_the_metadata_server_survive_a_notice_and_tr
     multihost.assert_same_training(workdir, single_process, STEPS)
 
 
+@pytest.mark.acceptance  # the same join through JAX's detection: the fast tier has the TPU VM
 def test_slurm_tasks_join_and_train_as_one(single_process, tmp_path):
     workdir = str(tmp_path / "slurm")
     port = str(multihost.free_port())
-    envs = [dict(multihost.base_env(DEVICES // 2), SLURM_JOB_ID="4242", SLURM_NTASKS="2",
+    envs = [dict(multihost.base_env(DEVICES // 2, FAST), SLURM_JOB_ID="4242", SLURM_NTASKS="2",
                  SLURM_PROCID=str(task), SLURM_LOCALID=str(task),
                  SLURM_STEP_NODELIST="127.0.0.1", JAX_COORDINATOR_PORT=port)
             for task in range(2)]
