@@ -56,7 +56,7 @@ from zoo.models import bert
 from zoo.nn.recurrent import RNN
 from zoo.tasks import lm, mlm_nsp
 from zoo.tasks.base import Task
-from zoo.train import loop, metrics, optim, partitioning
+from zoo.train import dry_run, loop, metrics, optim, partitioning
 from zoo.train.state import TrainState
 
 FLOPS_FORMULAS = {
@@ -237,6 +237,9 @@ def bench_transformer(model: str, size: str, seq_len: int, batch: int, *, dtype:
     spec = SIZES[model][size]
     task = make_task(model, config, spec.vocab_size)
     setup = build(config, task)
+    # The dry run's estimate for this job on one device (what train.py --dry_run prints), set
+    # beside XLA's count for the compiled step and the allocator's peak.
+    estimate = dry_run.report(config, "", lambda *_: task, devices=jax.devices()[:1])
     train_step, eval_step = loop.make_train_step(setup, config), loop.make_eval_step(setup)
     batch_arrays = jax.device_put(task.init_batch(), setup.batch_sharding)
     key = dict(model=model, size=size, seq_len=seq_len, batch=batch, dtype=dtype)
@@ -260,6 +263,7 @@ def bench_transformer(model: str, size: str, seq_len: int, batch: int, *, dtype:
     tokens = task.tokens_per_batch()
     flops_per_token = task.flops_per_token()
     model_flops = flops_per_token * tokens / step_t["median_s"]
+    peak, dry_bytes = machine.peak_memory_bytes(), estimate["total_bytes_per_device"]
     row = dict(
         key, params=params, tokens_per_step=tokens,
         step_s=step_t["median_s"], step_min_s=step_t["min_s"],
@@ -268,7 +272,10 @@ def bench_transformer(model: str, size: str, seq_len: int, batch: int, *, dtype:
         flops_per_step=flops_per_token * tokens, flops_formula=FLOPS_FORMULAS[model],
         xla_flops_per_step=compiled["xla_flops"], program_bytes=compiled["program_bytes"],
         # the allocator's peak since the process started (GPU/TPU; None on a CPU)
-        process_peak_memory_bytes=machine.peak_memory_bytes(), model_flops_per_s=model_flops,
+        process_peak_memory_bytes=peak, dry_run_bytes=dry_bytes,
+        dry_run_vs_program=dry_bytes / compiled["program_bytes"]
+        if compiled["program_bytes"] else None,
+        dry_run_vs_peak=dry_bytes / peak if peak else None, model_flops_per_s=model_flops,
         mfu_spec=None if not peak_spec else model_flops / peak_spec,
         mfu_vs_matmul=model_flops / matmul_flops,
     )

@@ -20,12 +20,20 @@ def _pct(value: float | None) -> str:
     return "–" if value is None else f"{100 * value:.1f}%"
 
 
+def _gib(n_bytes: float | None) -> str:
+    return _num(n_bytes and n_bytes / 2**30, ".3g")
+
+
 def row_line(row: dict[str, Any]) -> str:
     """One console line for a summary row."""
     line = (f"{row['tokens_per_s']:,.0f} tok/s, step {row['step_s'] * 1e3:.1f} ms, compile "
             f"{row['compile_s']:.1f} s, MFU vs matmul {_pct(row['mfu_vs_matmul'])}")
     if row["mfu_spec"] is not None:
         line += f", MFU vs spec {_pct(row['mfu_spec'])}"
+    line += (f"; memory: dry run {_gib(row.get('dry_run_bytes'))} GiB, XLA "
+             f"{_gib(row['program_bytes'])} GiB")
+    if row.get("process_peak_memory_bytes"):
+        line += f", allocator peak {_gib(row['process_peak_memory_bytes'])} GiB"
     peer = row.get("peer", {})
     if "step_ratio" in peer:
         line += f"; ours/HF step {peer['step_ratio']:.2f}, forward {peer['forward_ratio']:.2f}"
@@ -46,8 +54,9 @@ def lstm_line(row: dict[str, Any]) -> str:
 
 _CONFIG_HEADER = (
     "| model | size | seq | batch | params | tokens/s | step ms | compile s | fwd ms | MFU spec "
-    "| MFU vs matmul | HF tokens/s | step ours/HF | best step ours/HF | fwd ours/HF |\n"
-    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    "| MFU vs matmul | dry run GiB | XLA GiB | peak GiB | HF tokens/s | step ours/HF "
+    "| best step ours/HF | fwd ours/HF |\n"
+    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 )
 _LSTM_HEADER = (
     "| batch | steps n | width d | fwd ms | fwd+bwd ms | torch fwd ms | torch fwd+bwd ms "
@@ -71,7 +80,11 @@ def markdown(summary: dict[str, Any]) -> str:
         "",
     ]
     lines += [f"* {model}: {formula}" for model, formula in s["flops_formulas"].items()]
-    lines += ["", f"MFU = {s['mfu']}.", ""]
+    lines += ["", f"MFU = {s['mfu']}.", "",
+              ("Memory per device: the dry run's estimate (zoo.train.dry_run: parameters, "
+               "gradients, update, optimizer state, activations), XLA's compiled step "
+               "(arguments + outputs + temporaries) and the allocator's peak since the process "
+               "started (GPU/TPU only; run one configuration per process to compare it)."), ""]
     peers = s["peers"]
     if "skipped" in peers:
         lines += [f"PyTorch peers skipped: {peers['skipped']}.", ""]
@@ -92,7 +105,9 @@ def markdown(summary: dict[str, Any]) -> str:
             f"| {r['model']} | {r['size']} | {r['seq_len']} | {r['batch']} | "
             f"{r['params'] / 1e6:.2f}M | {r['tokens_per_s']:,.0f} | {r['step_s'] * 1e3:.1f} | "
             f"{r['compile_s']:.1f} | {r['forward_s'] * 1e3:.1f} | {_pct(r['mfu_spec'])} | "
-            f"{_pct(r['mfu_vs_matmul'])} | {_num(p.get('tokens_per_s'), ',.0f')} | "
+            f"{_pct(r['mfu_vs_matmul'])} | {_gib(r.get('dry_run_bytes'))} | "
+            f"{_gib(r['program_bytes'])} | {_gib(r.get('process_peak_memory_bytes'))} | "
+            f"{_num(p.get('tokens_per_s'), ',.0f')} | "
             f"{_num(p.get('step_ratio'), '.3g')} | {_num(p.get('step_ratio_min'), '.3g')} | "
             f"{_num(p.get('forward_ratio'), '.3g')} |")
     if s["lstm"]:

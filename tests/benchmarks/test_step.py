@@ -102,6 +102,12 @@ def _micro_run_writes_every_output(tmp_path, model: str, lstm: bool):
     assert r["mfu_vs_matmul"] == pytest.approx(
         r["flops_per_token"] * 32 / r["step_s"] / summary["matmul_flops"])
     assert r["flops_formula"] == step.FLOPS_FORMULAS[model]
+    # The dry run's estimate beside XLA's count for the compiled step (no allocator peak on a
+    # CPU): the same order, the estimate's model being params, grads, update, Adam's moments
+    # and the activations.
+    assert r["process_peak_memory_bytes"] is None and r["dry_run_vs_peak"] is None
+    assert r["dry_run_vs_program"] == pytest.approx(r["dry_run_bytes"] / r["program_bytes"])
+    assert 0.5 < r["dry_run_vs_program"] < 2.0, r
     if have_torch:
         peer = r["peer"]
         assert peer["params"] == r["params"]
@@ -122,6 +128,7 @@ def _micro_run_writes_every_output(tmp_path, model: str, lstm: bool):
     table = (out / "step.md").read_text()
     assert f"| {model} | tiny | 16 | 2 |" in table
     assert step.FLOPS_FORMULAS[model] in table
+    assert "| dry run GiB | XLA GiB | peak GiB |" in table
 
 
 # Classes, so pytest-xdist's loadscope may give the two compile-heavy runs different workers.

@@ -164,7 +164,7 @@ def _per_shard(kernel, backend: str, query, key, value, *segments):
 
 
 def _refuse(backend: str, **given) -> None:
-    what = {"mask": "a dense mask", "bias": "an additive bias", "window": "a local window"}
+    what = {"mask": "dense masks", "bias": "additive biases", "window": "local windows"}
     for name, value in given.items():
         if value is not None:
             raise ConfigError(

@@ -1,0 +1,238 @@
+"""`python -m benchmarks.smoke`: the first-contact suite for a lent GPU or TPU, sized for one
+10-minute call.
+
+    python -m benchmarks.smoke                      # on the accelerator: every stage
+    python -m benchmarks.smoke --stages scaling     # the stages a first call left out
+    python -m benchmarks.smoke --allow-cpu --tiny   # the suite's own check, on a CPU
+
+Stages, in order (each a `python -m` child process with its own time limit, so a kernel that
+crashes or hangs costs its stage and not the suite; all of them write into the same results
+directory, benchmarks/results/<machine>/ unless --out):
+
+  attention  every attention backend the platform has against einsum, float32 and bfloat16,
+             forward and gradients, five mask kinds (benchmarks.attention_check)
+  bert       a BERT-base pretraining step at seq 512, bf16 (benchmarks.step --full): tokens/s,
+             MFU against the spec peak and a measured matmul, and the dry run's memory
+             estimate beside XLA's compiled step and the allocator's peak (one process per
+             model, so the peak is that model's)
+  gpt        the same for GPT-2 124M at seq 1024
+  lstm       our LSTM (and torch.nn.LSTM where the parity extra has a GPU build) at n 512, d 1024
+  scaling    benchmarks.scaling --full on a small grid: time and memory over n, the OOM search
+             and the longest-n search
+
+When the budget (--budget-s) cannot hold a stage's limit, the stage is skipped and named in the
+summary, to be run by a second call with --stages. smoke.json (each stage's command, status,
+exit code, seconds and last lines, plus the headline figures read back from the stages'
+results files) and smoke.log (everything the stages printed) go to the results directory.
+Exit status 0 when every stage that ran passed.
+
+On a CPU it prints one line saying why it skips and exits 0 (the Pallas and cuDNN kernels, bf16
+MFU and the allocator's peak are what it is for); --allow-cpu --tiny runs every stage at tiny
+sizes (the Pallas kernels interpreted) so the suite itself is tested without an accelerator.
+"""
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+from zoo import errors
+from zoo.errors import ConfigError
+
+TAIL_LINES = 40
+# Children run from the checkout's root, so `python -m benchmarks.*` finds the package wherever
+# the suite was started from.
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# What the suite needs to know of the device, asked in a child process: the parent must not
+# open the accelerator itself (a TPU has one owner at a time; on a GPU jax would reserve 75% of
+# the memory the stages need).
+PROBE = ("import json, jax; from benchmarks import machine; d = jax.devices()[0]; "
+         "print(json.dumps({'platform': d.platform, 'device_kind': d.device_kind, "
+         "'devices': jax.device_count(), 'jax': jax.__version__, "
+         "'machine': machine.machine_name(), 'results_dir': machine.RESULTS_ROOT}))")
+
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    name: str
+    module: str  # run as `python -m module *args --out <dir>`
+    args: tuple[str, ...]
+    limit_s: float
+
+
+# Sized so that the whole suite fits one 10-minute call on an H100 (the limits add up to 540 s).
+ACCELERATOR = (
+    Stage("attention", "benchmarks.attention_check", (), 90),
+    Stage("bert", "benchmarks.step", ("--full", "--models", "bert", "--sizes", "base",
+                                      "--seq-lens", "512", "--steps", "5", "--lstm", "none"), 110),
+    Stage("gpt", "benchmarks.step", ("--full", "--models", "gpt", "--sizes", "124M",
+                                     "--seq-lens", "1024", "--steps", "5", "--lstm", "none",
+                                     "--append"), 110),
+    Stage("lstm", "benchmarks.step", ("--full", "--models", "none", "--lstm", "512x1024",
+                                      "--append"), 50),
+    Stage("scaling", "benchmarks.scaling", ("--full", "--no-resume", "--n", "1024", "4096",
+                                            "16384", "--d", "1024", "--budget-s", "90",
+                                            "--oom-max-n", "131072", "--length-max-s", "10",
+                                            "--length-max-n", "262144"), 180),
+)
+# The same stages at sizes a 2-core CPU runs in about a minute (the suite's own test).
+TINY = (
+    Stage("attention", "benchmarks.attention_check",
+          ("--allow-cpu", "--size", "tiny", "--masks", "packed_causal", "--backends", "einsum",
+           "blockwise", "pallas_gpu", "cudnn"), 120),
+    Stage("bert", "benchmarks.step", ("--quick", "--models", "bert", "--sizes", "tiny",
+                                      "--seq-lens", "32", "--batch", "2", "--steps", "2",
+                                      "--lstm", "none", "--no-peers"), 120),
+    Stage("gpt", "benchmarks.step", ("--quick", "--models", "gpt", "--sizes", "tiny",
+                                     "--seq-lens", "32", "--batch", "2", "--steps", "2",
+                                     "--lstm", "none", "--no-peers", "--append"), 120),
+    Stage("lstm", "benchmarks.step", ("--quick", "--models", "none", "--lstm", "8x16",
+                                      "--lstm-repeats", "2", "--no-peers", "--append"), 120),
+    Stage("scaling", "benchmarks.scaling", ("--quick", "--n", "32", "64", "--d", "32",
+                                            "--models", "attention_einsum",
+                                            "attention_blockwise", "lstm", "--repeats", "1",
+                                            "--no-oom", "--no-length"), 120),
+)
+STAGE_NAMES = tuple(s.name for s in ACCELERATOR)
+
+
+def run_stage(stage: Stage, out: str, limit_s: float, log) -> dict:
+    """Runs one stage as a child process, streaming its lines to the console and `log`; kills
+    its process group at `limit_s`. Returns {name, command, status, exit, seconds, tail}."""
+    command = [sys.executable, "-m", stage.module, *stage.args, "--out", out]
+    print(f"== {stage.name}: {' '.join(command[1:])} (limit {limit_s:.0f} s)", flush=True)
+    log.write(f"== {stage.name}: {' '.join(command)}\n")
+    tail: list[str] = []
+    start = time.perf_counter()
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True, cwd=REPO_ROOT)
+
+    def pump():
+        for line in child.stdout:
+            print("   " + line, end="", flush=True)
+            log.write(line)
+            tail.append(line.rstrip("\n"))
+            del tail[:-TAIL_LINES]
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    try:
+        code = child.wait(timeout=limit_s)
+        status = "ok" if code == 0 else "failed"
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)  # the stage and anything it started
+        code = child.wait()
+        status = "timeout"
+    reader.join(timeout=10)
+    seconds = time.perf_counter() - start
+    print(f"== {stage.name}: {status} (exit {code}) in {seconds:.0f} s", flush=True)
+    return {"name": stage.name, "command": " ".join(command[1:]), "status": status,
+            "exit": code, "seconds": seconds, "limit_s": limit_s, "tail": tail}
+
+
+def headlines(out: str) -> dict:
+    """The figures a first contact is for, read back from the stages' results files."""
+    found: dict = {}
+    path = os.path.join(out, "attention_check.json")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            cases = json.load(f)["cases"]
+        found["attention"] = {
+            "counts": {s: sum(c["status"] == s for c in cases)
+                       for s in ("ok", "mismatch", "unsupported", "error")},
+            "failures": [f"{c['backend']} {c['dtype']} {c['mask']}: {c['status']}"
+                         for c in cases if c["status"] in ("mismatch", "error")]}
+    path = os.path.join(out, "step_summary.json")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            summary = json.load(f)
+        found["train_steps"] = [
+            {k: row.get(k) for k in ("model", "size", "seq_len", "batch", "tokens_per_s",
+                                      "mfu_spec", "mfu_vs_matmul", "dry_run_bytes",
+                                      "program_bytes", "process_peak_memory_bytes")}
+            for row in summary.get("configs", [])]
+        found["lstm"] = [{k: row.get(k) for k in ("n", "d", "batch", "train_s")}
+                         for row in summary.get("lstm", [])]
+    return found
+
+
+def probe() -> dict:
+    """{platform, device_kind, devices, jax, machine, results_dir} of the device jax sees."""
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                          timeout=300, check=False, cwd=REPO_ROOT)
+    if done.returncode:
+        raise RuntimeError(f"benchmarks.smoke: jax could not start on this machine:\n"
+                           f"{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def select(stages: Sequence[Stage], names: Sequence[str] | None) -> list[Stage]:
+    if not names:
+        return list(stages)
+    unknown = [n for n in names if n not in STAGE_NAMES]
+    if unknown:
+        raise ConfigError(f"--stages: unknown {unknown}; the stages are {list(STAGE_NAMES)}")
+    return [s for s in stages if s.name in names]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.smoke", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stages", nargs="+", metavar="STAGE",
+                        help=f"run only these, in the suite's order: {' '.join(STAGE_NAMES)}")
+    parser.add_argument("--budget-s", type=float, default=570.0,
+                        help="seconds for the whole suite; a stage whose limit does not fit "
+                             "what is left is skipped (default 570: one 10-minute call)")
+    parser.add_argument("--allow-cpu", action="store_true", help="run on a CPU too")
+    parser.add_argument("--tiny", action="store_true",
+                        help="tiny sizes: the suite's own check (with --allow-cpu on a CPU)")
+    parser.add_argument("--out", help="results directory (default benchmarks/results/<machine>)")
+    args = parser.parse_args(argv)
+    stages = select(TINY if args.tiny else ACCELERATOR, args.stages)
+    device = probe()
+    if device["platform"] == "cpu" and not args.allow_cpu:
+        print("benchmarks.smoke: skipped: jax sees no GPU or TPU here (backend cpu); this suite "
+              "is the first contact with a lent accelerator (README 'Running at scale')",
+              flush=True)
+        return 0
+    out = os.path.abspath(args.out or os.path.join(device["results_dir"], device["machine"]))
+    os.makedirs(out, exist_ok=True)
+    started = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+    start = time.perf_counter()
+    results = []
+    with open(os.path.join(out, "smoke.log"), "w", encoding="utf-8") as log:
+        for stage in stages:
+            left = args.budget_s - (time.perf_counter() - start)
+            if stage.limit_s > left:
+                print(f"== {stage.name}: skipped: its limit {stage.limit_s:.0f} s exceeds the "
+                      f"{left:.0f} s left of --budget-s; run it with --stages {stage.name}",
+                      flush=True)
+                results.append({"name": stage.name, "status": "skipped",
+                                "reason": f"{left:.0f} s of --budget-s left"})
+                continue
+            results.append(run_stage(stage, out, stage.limit_s, log))
+    report = {"machine": device["machine"],
+              "device": f"{device['platform']} {device['device_kind']}",
+              "devices": device["devices"], "jax": device["jax"], "started": started,
+              "tiny": args.tiny,
+              "command": "python -m benchmarks.smoke " + " ".join(argv or sys.argv[1:]),
+              "seconds": time.perf_counter() - start, "stages": results,
+              "headlines": headlines(out)}
+    with open(os.path.join(out, "smoke.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+    print(f"benchmarks.smoke on {report['device']}: "
+          + ", ".join(f"{r['name']} {r['status']}" for r in results)
+          + f"; {report['seconds']:.0f} s; wrote smoke.json and smoke.log to {out}", flush=True)
+    return 0 if all(r["status"] in ("ok", "skipped") for r in results) else 1
+
+
+if __name__ == "__main__":
+    with errors.reported("benchmarks.smoke"):
+        sys.exit(main())
