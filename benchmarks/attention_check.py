@@ -52,6 +52,8 @@ MASKS = ("padding", "causal", "packed_causal", "window", "causal_window")
 # after the softmax's exponent); bfloat16 has 8 mantissa bits. A wrong mask or a wrong block is
 # an O(1) error, far above both.
 TOLERANCE = {"float32": 1e-2, "bfloat16": 6e-2}
+STATUSES = ("ok", "mismatch", "unsupported", "error")
+FAILED = ("mismatch", "error")  # the statuses that make the check (and its stage) fail
 SIZES = {
     # BERT-base's heads (12 x 64) at a length every kernel's blocks divide.
     "default": dict(batch=2, length=1024, heads=12, head_dim=64, block=512, window=128),
@@ -166,7 +168,10 @@ def run_checks(size_name: str = "default", backends: Sequence[str] | None = None
                 cases.append(case)
     return {"platform": platform, "device_kind": device.device_kind, "jax": jax.__version__,
             "size": dict(size, name=size_name), "tolerance": TOLERANCE,
-            "interpret": interpret, "cases": cases}
+            "interpret": interpret, "cases": cases,
+            "counts": {s: sum(c["status"] == s for c in cases) for s in STATUSES},
+            "failures": [f"{c['backend']} {c['dtype']} {c['mask']}: {c['status']}"
+                         for c in cases if c["status"] in FAILED]}
 
 
 def case_line(case: dict) -> str:
@@ -223,11 +228,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         json.dump(result, f, indent=2)
     with open(os.path.join(out, "attention_check.md"), "w", encoding="utf-8") as f:
         f.write(markdown(result))
-    bad = [c for c in result["cases"] if c["status"] in ("mismatch", "error")]
-    counts = {s: sum(c["status"] == s for c in result["cases"])
-              for s in ("ok", "mismatch", "unsupported", "error")}
-    print(f"attention_check: {counts}; wrote attention_check.json and .md to {out}", flush=True)
-    return 1 if bad else 0
+    print(f"attention_check: {result['counts']}; wrote attention_check.json and .md to {out}",
+          flush=True)
+    return 1 if result["failures"] else 0
 
 
 if __name__ == "__main__":

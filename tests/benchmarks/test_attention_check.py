@@ -64,6 +64,9 @@ def test_a_backend_that_computes_another_function_is_a_mismatch_and_exit_1(
     status = {(c["backend"], c["dtype"]): c["status"] for c in saved["cases"]}
     assert status == {("blockwise", "float32"): "mismatch", ("blockwise", "bfloat16"): "mismatch",
                       ("einsum", "float32"): "ok", ("einsum", "bfloat16"): "ok"}
+    assert saved["counts"] == {"ok": 2, "mismatch": 2, "unsupported": 0, "error": 0}
+    assert saved["failures"] == ["blockwise float32 padding: mismatch",
+                                 "blockwise bfloat16 padding: mismatch"]
     table = (tmp_path / "attention_check.md").read_text()
     assert "| blockwise | float32 | padding | mismatch |" in table
 
