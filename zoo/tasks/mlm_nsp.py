@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zoo.data.pipelines import pretraining, pretraining_examples
+from zoo.data.pipelines import pretraining, pretraining_batches, pretraining_examples
 from zoo.data.readers import sources
 from zoo.data.tokenizers import base as tokenizers
 from zoo.models import bert
@@ -101,12 +101,12 @@ class PretrainingTask(Task):
         }
 
     def train_batches(self, process_index: int, process_count: int):
-        return pretraining.train_iterator(
+        return pretraining_batches.train_iterator(
             self.train_source, self.config.data.batch_size, self.config.data.seed,
             process_index, process_count)
 
     def eval_batches(self, process_index: int, process_count: int):
-        return pretraining.eval_batches(
+        return pretraining_batches.eval_batches(
             self.eval_source, self.config.data.eval_batch_size, process_index, process_count)
 
     def flops_per_token(self) -> float:

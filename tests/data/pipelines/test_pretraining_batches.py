@@ -1,0 +1,112 @@
+"""Batches of prepared BERT pretraining examples: dynamic masks, restore, process slices, eval."""
+
+import numpy as np
+import pytest
+
+from zoo.data.pipelines import pretraining as pt
+from zoo.data.pipelines import pretraining_batches as pb
+from zoo.data.pipelines import pretraining_examples as examples
+
+SMALL = examples.Settings(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=1, seed=7)
+
+
+@pytest.fixture(scope="module")
+def dynamic_source(corpus, tok, tmp_path_factory):
+    settings = examples.Settings(**{**SMALL.__dict__, "dynamic_masking": True})
+    source = pt.prepare(corpus["validation"], tok, str(tmp_path_factory.mktemp("dyn")),
+                        "validation", settings, num_shards=2)
+    assert "masked_lm_ids" not in source[0]  # stored unmasked
+    return source
+
+
+@pytest.fixture(scope="module")
+def static_source(corpus, tok, tmp_path_factory):
+    return pt.prepare(corpus["validation"], tok, str(tmp_path_factory.mktemp("static")),
+                      "validation", SMALL, num_shards=2)
+
+
+def _unmasked(batch, r):
+    ids = batch["input_ids"][r].copy()
+    w = batch["masked_lm_weights"][r] > 0
+    ids[batch["masked_lm_positions"][r][w]] = batch["masked_lm_ids"][r][w]
+    return ids.tobytes()
+
+
+def test_dynamic_masks_are_a_function_of_seed_epoch_and_index(dynamic_source):
+    src, batch_size, seed = dynamic_source, 16, 3
+    n = len(src)
+    index_of = {src[i]["input_ids"].tobytes(): i for i in range(n)}
+    assert len(index_of) == n  # rows are distinct, so a row identifies its index
+    it = pb.train_iterator(src, batch_size, seed)
+    seen = {}  # (epoch, index) -> masked positions
+    for step in range(-(-2 * n // batch_size) + 1):  # a little over two epochs
+        batch = next(it)
+        for r in range(batch_size):
+            epoch, i = (step * batch_size + r) // n, index_of[_unmasked(batch, r)]
+            expected = examples.mask_example(src[i], src.masking, src.word_starts,
+                                       examples.masking_rng(seed, epoch, i))
+            for k, v in expected.items():
+                np.testing.assert_array_equal(batch[k][r], v)
+            seen[epoch, i] = batch["masked_lm_positions"][r]
+    for epoch in (0, 1):  # every example exactly once per epoch
+        assert sorted(i for e, i in seen if e == epoch) == list(range(n))
+    same = [np.array_equal(seen[0, i], seen[1, i]) for i in range(n)]
+    assert np.mean(same) < 0.2  # a new epoch draws new masks
+
+
+def test_restored_iterator_repeats_the_next_batches(dynamic_source):
+    it = pb.train_iterator(dynamic_source, 8, seed=5)
+    for _ in range(3):
+        next(it)
+    state = it.get_state()
+    expected = [next(it) for _ in range(4)]
+    restored = pb.train_iterator(dynamic_source, 8, seed=5)
+    restored.set_state(state)
+    for want in expected:
+        got = next(restored)
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])
+    other_seed = next(pb.train_iterator(dynamic_source, 8, seed=6))
+    assert not np.array_equal(other_seed["input_ids"], expected[0]["input_ids"])
+
+
+@pytest.mark.parametrize("kind", ["static_source", "dynamic_source"])
+def test_process_slices_partition_the_global_batch(kind, request):
+    source = request.getfixturevalue(kind)
+    full = pb.train_iterator(source, 8, seed=1)
+    parts = [pb.train_iterator(source, 8, seed=1, process_index=p, process_count=4)
+             for p in range(4)]
+    for _ in range(3):
+        batch = next(full)
+        locals_ = [next(p) for p in parts]
+        for k in batch:
+            assert all(b[k].shape[0] == 2 for b in locals_)
+            np.testing.assert_array_equal(np.concatenate([b[k] for b in locals_]), batch[k])
+    assert set(batch) == {*pt.PretrainingSource(source.path)[0], "masked_lm_positions",
+                          "masked_lm_ids", "masked_lm_weights"}
+    with pytest.raises(ValueError, match="batch_size=6"):
+        pb.train_iterator(source, 6, seed=1, process_count=4)
+
+
+@pytest.mark.parametrize("kind", ["static_source", "dynamic_source"])
+def test_eval_batches_cover_every_example_once_with_weighted_padding(kind, request):
+    source = request.getfixturevalue(kind)
+    n, batch_size = len(source), 12
+    assert n % batch_size  # the last batch needs padding
+    parts = [pb.eval_batches(source, batch_size, p, 2) for p in range(2)]
+    whole = pb.eval_batches(source, batch_size)
+    assert len(whole) == -(-n // batch_size)
+    for step, batch in enumerate(whole):
+        for k in batch:
+            np.testing.assert_array_equal(
+                np.concatenate([parts[0][step][k], parts[1][step][k]]), batch[k])
+    weights = np.concatenate([b["example_weight"] for b in whole])
+    np.testing.assert_array_equal(weights, [1.0] * n + [0.0] * (len(weights) - n))
+    last = whole[-1]
+    pad = last["example_weight"] == 0
+    assert not last["input_ids"][pad].any() and not last["masked_lm_weights"][pad].any()
+    rows = [_unmasked(b, r) for b in whole for r in range(batch_size)][:n]
+    stored = [source[i] for i in range(n)]
+    originals = [_unmasked({k: v[None] for k, v in row.items()}, 0) if "masked_lm_ids" in row
+                 else row["input_ids"].tobytes() for row in stored]
+    assert sorted(rows) == sorted(originals)
