@@ -9,9 +9,11 @@ Variants: size = tiny | mini | small | medium | base | large; phase = 1 (sequenc
 20 predictions) | 2 (512, 80: started from the phase-1 params with --config.train.init_from);
 optimizer = adamw (the BERT paper: batch 256, lr 1e-4, 1M steps split 90%/10%) | lamb (You et
 al. 2019 as NVIDIA's recipe runs it: batch 64k then 32k, lr 6e-3 then 4e-3, 7,038 + 1,563
-steps, warmup 28.43% then 12.8%). Prepared examples are cached under config.data.cache_dir
-(keyed by every setting), so a rerun, a resume or the other phase never regenerates data it
-has already prepared; point both phases at one cache_dir to share the tokenizer.
+steps, warmup 28.43% then 12.8%). On a pod, prepare the data once, in parallel on every host,
+into config.data.prepared_dir (`python -m zoo.commands.prepare --config=...`), then train from
+it; without a prepared_dir the job prepares its own, keyed under config.data.cache_dir (by every
+setting), so a rerun, a resume or the other phase never regenerates data it has already
+prepared; point both phases at one cache_dir to share the tokenizer.
 """
 
 import ml_collections
@@ -60,7 +62,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         lowercase=True,  # WordPiece vocab.txt only: uncased BERT
         vocab_size=2048 if tiny else 30522,
         cache_dir="",  # '' = <workdir>/data; share one between phases
-        num_shards=1 if tiny else 64,
+        # Written by `python -m zoo.commands.prepare` (local or gs://); '' = prepare in the job.
+        prepared_dir="",
+        prepare_workers=0,  # worker processes per host for preparation; 0 = every core
+        num_shards=1 if tiny else 64,  # synthetic / tfds sources: shards of the train split
+        shard_mb=16,  # text source: megabytes of text per shard (bounds memory per worker)
         seq_len=seq_len,
         max_predictions_per_seq=predictions,
         masked_lm_prob=0.15,

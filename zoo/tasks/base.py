@@ -28,6 +28,13 @@ def write_once(path: str, write: Callable[[str], None]) -> str:
     return path
 
 
+def data_cache_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
+    """Where prepared data and trained tokenizers are cached: config.data.cache_dir (shared
+    between runs, e.g. two pretraining phases and a fine-tuning run), else <workdir>/data."""
+    cache_dir = config.data.get("cache_dir", "")
+    return os.path.expanduser(cache_dir) if cache_dir else os.path.join(workdir, "data")
+
+
 class Task(abc.ABC):
     """A job kind: model + data + loss + metrics. The loop owns sharding, steps and logging.
 
@@ -42,10 +49,7 @@ class Task(abc.ABC):
         self.workdir = workdir
 
     def data_cache_dir(self) -> str:
-        """Where prepared data and trained tokenizers are cached: config.data.cache_dir (shared
-        between runs, e.g. two pretraining phases and a fine-tuning run), else <workdir>/data."""
-        cache_dir = self.config.data.get("cache_dir", "")
-        return os.path.expanduser(cache_dir) if cache_dir else os.path.join(self.workdir, "data")
+        return data_cache_dir(self.config, self.workdir)
 
     @abc.abstractmethod
     def init_batch(self) -> Batch:

@@ -14,9 +14,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zoo.data.pipelines import pretraining, pretraining_batches, pretraining_examples
-from zoo.data.readers import sources
-from zoo.data.tokenizers import base as tokenizers
+from zoo.data.pipelines import pretraining_batches, pretraining_data
 from zoo.models import bert
 from zoo.tasks.base import Batch, Task
 from zoo.train import dry_run
@@ -27,30 +25,17 @@ class PretrainingTask(Task):
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         super().__init__(config, workdir)
         data = config.data
-        cache_dir = self.data_cache_dir()
-        train_docs = sources.load_documents(data, "train")
-        eval_docs = sources.load_documents(data, "validation")
-        # Cached beside the prepared data, so phases sharing cache_dir share the tokenizer.
-        self.tokenizer = tokenizers.from_config(data, cache_dir, train_docs)
-        settings = pretraining_examples.Settings(
-            max_seq_length=data.seq_len,
-            max_predictions_per_seq=data.max_predictions_per_seq,
-            masked_lm_prob=data.masked_lm_prob,
-            short_seq_prob=data.short_seq_prob,
-            dupe_factor=data.dupe_factor,
-            whole_word=data.whole_word_masking,
-            dynamic_masking=data.dynamic_masking,
-            seed=data.seed,
-        )
-        self.train_source = pretraining.prepare(
-            train_docs, self.tokenizer, cache_dir, "train", settings,
-            num_shards=data.num_shards, source=f"config.data.source={data.source!r} (train)")
-        # A fixed held-out set: one pass, masks drawn once.
-        eval_settings = pretraining_examples.Settings(**{**settings.__dict__, "dupe_factor": 1,
-                                                "dynamic_masking": False})
-        self.eval_source = pretraining.prepare(
-            eval_docs, self.tokenizer, cache_dir, "validation", eval_settings,
-            source=f"config.data.source={data.source!r} (validation)")
+        if data.get("prepared_dir", ""):
+            # Prepared by `python -m zoo.commands.prepare`: only read, never re-tokenized.
+            prepared = pretraining_data.open_prepared(data)
+        else:
+            # Prepared here, once, keyed under the cache (phases sharing cache_dir share it);
+            # every process of a multi-host job makes its share of the shards.
+            prepared = pretraining_data.prepare(
+                data, self.data_cache_dir(), workers=data.get("prepare_workers", 0),
+                process_index=jax.process_index(), process_count=jax.process_count())
+        self.tokenizer = prepared.tokenizer
+        self.train_source, self.eval_source = prepared.train, prepared.validation
         model_kw = {k: v for k, v in config.model.to_dict().items() if k != "size"}
         self.model_config = bert.config_for_size(
             config.model.size, vocab_size=self.tokenizer.vocab_size,

@@ -25,15 +25,15 @@ def _arrays(source):
 
 def test_cache_is_reused_keyed_and_checked(corpus, tok, tmp_path, monkeypatch):
     docs = corpus["validation"]
-    generated = []
-    real_generate = pt._generate
-    monkeypatch.setattr(pt, "_generate", lambda *a: generated.append(1) or real_generate(*a))
+    made = []
+    real = pt._make_shard
+    monkeypatch.setattr(pt, "_make_shard", lambda task: made.append(task[0]) or real(task))
 
     first = pt.prepare(docs, tok, str(tmp_path), "validation", SMALL, num_shards=3)
     manifest = os.path.join(first.path, "manifest.json")
     mtime = os.stat(manifest).st_mtime_ns
     again = pt.prepare(docs, tok, str(tmp_path), "validation", SMALL, num_shards=3)
-    assert generated == [1] and again.path == first.path
+    assert made == [0, 1, 2] and again.path == first.path
     assert os.stat(manifest).st_mtime_ns == mtime
     a, b = _arrays(first), _arrays(again)
     for k in a:
@@ -52,8 +52,13 @@ def test_cache_is_reused_keyed_and_checked(corpus, tok, tmp_path, monkeypatch):
                        examples.Settings(**{**SMALL.__dict__, "masked_lm_prob": 0.2}), num_shards=3)
     tok2 = tokenizers.train_sentencepiece([s for d in corpus["train"] for s in d], 200)
     other_tok = pt.prepare(docs, tok2, str(tmp_path), "validation", SMALL, num_shards=3)
-    assert len({first.path, other.path, other_tok.path}) == 3 and len(generated) == 3
-    assert not [f for f in os.listdir(tmp_path) if ".tmp" in f]  # temp dirs renamed or removed
+    edited = [list(d) for d in docs]
+    edited[5][0] += " Really."
+    other_text = pt.prepare(edited, tok, str(tmp_path), "validation", SMALL, num_shards=3)
+    assert len({first.path, other.path, other_tok.path, other_text.path}) == 4
+    assert len(made) == 12
+    leftovers = [f for _, _, files in os.walk(tmp_path) for f in files if ".tmp" in f]
+    assert not leftovers  # every temporary name renamed or removed
 
     labels = os.path.join(first.path, "next_sentence_labels-00002.npy")
     np.save(labels, np.load(labels)[:-1])  # a shard that lost a row

@@ -1,46 +1,52 @@
-"""BERT pretraining data on disk: a cache of prepared examples and grain pipelines over it.
+"""Preparing BERT pretraining data once: streaming, deterministic per shard, parallel over worker
+processes and hosts.
 
-The examples themselves (NSP pairs, 80/10/10 masking, static or dynamic masks) are made by
-zoo.data.pipelines.pretraining_examples; this module decides where they live and reads them
-back. `prepare` keys a cache directory by everything that shapes the examples (the Settings,
-the shard count, the tokenizer and the corpus), generates the shards into a temporary directory
-and renames it into place; `PretrainingSource` memory-maps a cache for random access
-(zoo.data.pipelines.pretraining_batches cuts it into batches).
+The corpus is cut into pieces (zoo.data.readers.corpus_pieces) from its size alone; shard i is
+made from piece i by zoo.data.pipelines.pretraining_examples.shard_examples, a pure function of
+the piece, the Settings, the tokenizer and i. So the bytes on disk are the same whether one
+process makes every shard or 256 hosts with 8 workers each share them, and no process ever holds
+more than a piece per worker. On a pod, process p of P makes the shards i with i % P == p that
+are not done yet, then waits for the others' markers; process 0 writes the manifest
+(zoo.data.pipelines.pretraining_store has the layout and what makes a file count as written).
+
+`prepare_pieces` writes into a directory the user names (the prepare command,
+`python -m zoo.commands.prepare`); `prepare` / `prepare_cached` key a directory under a cache by
+everything that shapes the examples, which is how a job prepares its own data when no prepared
+directory is given.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
-import os
-import shutil
-import uuid
-from collections.abc import Sequence
+import multiprocessing
+import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from zoo.data.pipelines import pretraining_store as store
 from zoo.data.pipelines.pretraining_examples import (
-    MLM_FEATURES,
-    PAIR_FEATURES,
-    MaskingSpec,
     Settings,
     encode_documents,
-    feature_shapes,
     masking_spec,
     shard_examples,
     stored_features,
     word_start_table,
 )
+from zoo.data.pipelines.pretraining_store import PretrainingSource, as_path
+from zoo.data.readers.corpus_pieces import Piece, plan_documents, read_piece
 from zoo.errors import ConfigError, DataError
 
-_FORMAT_VERSION = 1
-_MANIFEST = "manifest.json"
-_WORD_STARTS = "word_starts.npy"
+__all__ = ["PretrainingSource", "prepare", "prepare_cached", "prepare_pieces"]
+
+Report = Callable[[str], None]
 
 
 # ---------------------------------------------------------------------------------------------
-# Cache keys.
+# Fingerprints.
 
 
 def corpus_fingerprint(documents: Sequence[Sequence[str]]) -> str:
@@ -78,8 +84,14 @@ def tokenizer_fingerprint(tokenizer, probe_texts: Sequence[str] = ()) -> str:
     return h.hexdigest()
 
 
+def _probe_texts(pieces: Sequence[Piece]) -> list[str]:
+    # The first sentences of the corpus: read lazily, so only the first documents are touched.
+    docs = itertools.islice(read_piece(pieces[0]), 8) if pieces else ()
+    return [s for doc in docs for s in doc][:64]
+
+
 # ---------------------------------------------------------------------------------------------
-# The on-disk cache.
+# Entry points.
 
 
 def prepare(
@@ -91,31 +103,70 @@ def prepare(
     *,
     num_shards: int = 1,
     source: str = "documents",
+    **kwargs,
 ) -> PretrainingSource:
-    """Prepared examples of `documents`, generated once and cached under `cache_dir`.
-
-    The cache directory `<cache_dir>/<split>-<key>` is keyed by a hash of the settings,
-    num_shards, the tokenizer (see tokenizer_fingerprint) and the corpus text, so any change
-    gives a new directory and the same inputs reuse the old one without tokenizing. Shards are
-    contiguous groups of documents (a random B may come from any document), each from its own
-    rng, written with the manifest into a temporary directory that is renamed into place: a
-    crash never leaves a half-written cache under the final name.
-
-    Args:
-      documents: lists of sentences (zoo.data.readers.sources.load_documents).
-      tokenizer: the common tokenizer interface (vocab_size, pad/unk/cls/sep/mask ids,
-        special_ids, encode, optional encode_batch, is_word_start).
-      cache_dir: parent directory of the caches.
-      split: names the cache ('train', 'validation', ...).
-      settings: see Settings.
-      num_shards: files per feature.
-      source: names the corpus in error messages (e.g. 'config.data.train_files').
-
-    Returns:
-      A memory-mapped PretrainingSource over the shards.
-    """
+    """Prepared examples of in-memory `documents` (num_shards contiguous groups of them),
+    keyed under `cache_dir` (see prepare_cached; kwargs go to prepare_pieces)."""
     if not isinstance(num_shards, int) or num_shards < 1:
         raise ConfigError(f"num_shards={num_shards!r} must be a positive int")
+    return prepare_cached(plan_documents(documents, num_shards), tokenizer, cache_dir, split,
+                          settings, source=source, **kwargs)
+
+
+def prepare_cached(pieces: Sequence[Piece], tokenizer, cache_dir: str, split: str,
+                   settings: Settings = Settings(), **kwargs) -> PretrainingSource:
+    """Prepared examples in `<cache_dir>/<split>-<key>`, made once and reused.
+
+    The key hashes the settings, the tokenizer (tokenizer_fingerprint) and the pieces (text by
+    path, byte range, size and modification time; in-memory documents by their text), so any
+    change gives a new directory and the same inputs reuse the old one without tokenizing.
+    """
+    key_parts = {
+        "format": store.FORMAT_VERSION,
+        "split": split,
+        "settings": dataclasses.asdict(settings),
+        "tokenizer": tokenizer_fingerprint(tokenizer, _probe_texts(pieces)),
+        "pieces": [p.identity() for p in pieces],
+    }
+    key = hashlib.sha256(json.dumps(key_parts, sort_keys=True).encode()).hexdigest()[:20]
+    directory = as_path(cache_dir) / f"{split}-{key}"
+    return prepare_pieces(pieces, tokenizer, directory, settings,
+                          tokenizer_id=key_parts["tokenizer"], **kwargs)
+
+
+def prepare_pieces(
+    pieces: Sequence[Piece],
+    tokenizer,
+    directory,
+    settings: Settings = Settings(),
+    *,
+    source: str = "documents",
+    workers: int = 1,
+    process_index: int = 0,
+    process_count: int = 1,
+    report: Report | None = None,
+    poll_seconds: float = 2.0,
+    tokenizer_id: str | None = None,
+) -> PretrainingSource:
+    """Prepares shard i from pieces[i] into `directory` and returns the finished source.
+
+    Args:
+      pieces: the corpus, cut (zoo.data.readers.corpus_pieces.plan_*).
+      tokenizer: the common tokenizer interface; picklable when workers > 1.
+      directory: local path or gs:// URL; shared by every process of a pod.
+      settings: see Settings.
+      source: names the corpus in messages (e.g. "config.data.train_files").
+      workers: worker processes on this host (1 = in this process).
+      process_index, process_count: this host's share: the shards i with
+        i % process_count == process_index.
+      report: called with progress lines (shards done, MB/s, ETA) and waits.
+      poll_seconds: how often a waiting process looks for the others' markers.
+      tokenizer_id: tokenizer_fingerprint, when the caller has it.
+
+    Raises:
+      DataError: `directory` holds another preparation (other settings, tokenizer or corpus),
+        or a piece cannot make next-sentence pairs.
+    """
     if tokenizer.pad_id != 0:
         # Features are padded with zeros, so id 0 must be the padding token.
         raise DataError(
@@ -123,139 +174,156 @@ def prepare(
             f"{tokenizer.pad_id}, but examples are padded with id 0; give a WordPiece "
             "vocab.txt with [PAD] on its first line (as every BERT vocabulary has it) or a "
             "SentencePiece model trained by zoo")
-    probes = [s for doc in documents[:8] for s in doc][:64]
-    key_parts = {
-        "format": _FORMAT_VERSION,
-        "split": split,
+    if not isinstance(workers, int) or workers < 1:
+        raise ConfigError(f"the number of preparation workers must be an int >= 1, got "
+                          f"{workers!r}")
+    if not pieces:
+        raise DataError(f"{source}: the corpus is empty; nothing to prepare")
+    directory = as_path(directory)
+    plan = {
+        "format": store.FORMAT_VERSION,
         "settings": dataclasses.asdict(settings),
-        "num_shards": num_shards,
-        "tokenizer": tokenizer_fingerprint(tokenizer, probes),
-        "corpus": corpus_fingerprint(documents),
+        "tokenizer": tokenizer_id or tokenizer_fingerprint(tokenizer, _probe_texts(pieces)),
+        "pieces": [p.identity() for p in pieces],
     }
-    key = hashlib.sha256(json.dumps(key_parts, sort_keys=True).encode()).hexdigest()[:20]
-    path = os.path.join(cache_dir, f"{split}-{key}")
-    if os.path.exists(path):
-        return PretrainingSource(path)
+    _claim(directory, plan, process_index, report, poll_seconds)
+    if (directory / store.MANIFEST).exists():
+        return PretrainingSource(str(directory))
+    if process_index == 0 and not (directory / store.WORD_STARTS).exists():
+        table = word_start_table(tokenizer)
+        store.write_atomically(directory / store.WORD_STARTS, lambda f: np.save(f, table))
 
-    os.makedirs(cache_dir, exist_ok=True)
-    tmp = os.path.join(cache_dir, f".{split}-{key}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-    os.makedirs(tmp)
+    done = store.done_shards(directory)
+    own = [i for i in range(len(pieces)) if i % process_count == process_index and i not in done]
+    _make_shards(pieces, own, tokenizer, directory, settings, source, workers, report)
+    done = _wait_for_shards(directory, len(pieces), report, poll_seconds)
+    if process_index == 0:
+        rows = [done[i]["rows"] for i in range(len(pieces))]
+        store.write_json(directory / store.MANIFEST, {
+            "format": store.FORMAT_VERSION,
+            "source": source,
+            "settings": dataclasses.asdict(settings),
+            "masking": dataclasses.asdict(masking_spec(settings, tokenizer)),
+            "pad_id": int(tokenizer.pad_id),
+            "features": sorted(stored_features(settings)),
+            "tokenizer": plan["tokenizer"],
+            "shard_rows": rows,
+            "num_examples": int(sum(rows)),
+            "num_is_next": int(sum(done[i]["is_next"] for i in range(len(pieces)))),
+        })
+    else:
+        _wait_for(lambda: (directory / store.MANIFEST).exists(), poll_seconds, report,
+                  f"waiting for process 0 to write {directory / store.MANIFEST}")
+    return PretrainingSource(str(directory))
+
+
+# ---------------------------------------------------------------------------------------------
+# Coordination between processes.
+
+
+def _claim(directory, plan: dict, process_index: int, report, poll_seconds: float) -> None:
+    """Process 0 writes plan.json (or finds an equal one); the others wait for it. A different
+    plan means the directory belongs to another preparation: never mix the two."""
+    plan = json.loads(json.dumps(plan))  # as read back: tuples become lists
+    path = directory / store.PLAN
+    if process_index == 0 and not path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        store.write_json(path, plan)
+    _wait_for(path.exists, poll_seconds, report, f"waiting for process 0 to write {path}")
+    found = store.read_json(path)
+    if found != plan:
+        differ = sorted(k for k in {*found, *plan} if found.get(k) != plan.get(k))
+        raise DataError(
+            f"{directory} holds data prepared (or being prepared) from another "
+            f"{' and '.join(differ)} ({path} differs); give another directory, or delete "
+            f"{directory} to prepare it again with these inputs")
+
+
+def _wait_for_shards(directory, count: int, report, poll_seconds: float) -> dict[int, dict]:
+    done = store.done_shards(directory)
+    while len(done) < count:
+        missing = sorted(set(range(count)) - set(done))
+        if report:
+            report(f"waiting for {len(missing)} shards of other processes (e.g. "
+                   f"{', '.join(map(str, missing[:5]))}) in {directory}")
+        time.sleep(poll_seconds)
+        done = store.done_shards(directory)
+    return done
+
+
+def _wait_for(condition, poll_seconds: float, report, message: str) -> None:
+    said = False
+    while not condition():
+        if report and not said:
+            report(message)
+            said = True
+        time.sleep(poll_seconds)
+
+
+# ---------------------------------------------------------------------------------------------
+# Making shards, here or in worker processes.
+
+# A worker's constant arguments, set once per process by _init_worker.
+_WORKER: dict = {}
+
+
+def _init_worker(tokenizer, directory: str, settings: Settings, source: str) -> None:
+    _WORKER.update(tokenizer=tokenizer, directory=as_path(directory), settings=settings,
+                   source=source, word_starts=word_start_table(tokenizer))
+
+
+def _make_shard(task: tuple[int, Piece]) -> tuple[int, int]:
+    """Makes and writes one shard; returns (shard, bytes of input) for progress."""
+    shard, piece = task
+    w = _WORKER
+    where = f"{w['source']} shard {shard} ({piece.describe()})"
     try:
-        manifest = _generate(documents, tokenizer, tmp, settings, num_shards, source)
-        manifest.update(key=key, key_parts=key_parts)
-        with open(os.path.join(tmp, _MANIFEST), "w") as f:
-            json.dump(manifest, f, indent=1, sort_keys=True)
-        try:
-            os.rename(tmp, path)
-        except OSError:
-            if not os.path.exists(os.path.join(path, _MANIFEST)):
-                raise
-            # Another process finished the same cache first; its content is identical.
-            shutil.rmtree(tmp, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return PretrainingSource(path)
+        docs = encode_documents(w["tokenizer"], list(read_piece(piece)), where)
+    except DataError as e:
+        if "non-empty documents" not in str(e):
+            raise
+        raise DataError(f"{e}; with many small pieces, prepare fewer, larger shards "
+                        "(config.data.shard_mb or config.data.num_shards)") from None
+    arrays = shard_examples(docs, w["settings"], shard, w["tokenizer"], w["word_starts"], where)
+    labels = arrays["next_sentence_labels"]
+    store.write_shard(w["directory"], shard, arrays, {
+        "rows": int(len(labels)), "is_next": int(len(labels) - labels.sum()),
+        "piece": piece.identity(),
+    })
+    return shard, piece.size
 
 
-def _generate(documents, tokenizer, out_dir, settings: Settings, num_shards: int,
-              source: str) -> dict:
-    docs = encode_documents(tokenizer, documents, source)
-    table = word_start_table(tokenizer)
-    np.save(os.path.join(out_dir, _WORD_STARTS), table)
-    shards, is_next = [], 0
-    for shard in range(num_shards):
-        arrays = shard_examples(docs, settings, shard, num_shards, tokenizer, table, source)
-        for k, arr in arrays.items():
-            np.save(os.path.join(out_dir, _shard_file(k, shard)), arr)
-        shards.append(len(arrays["input_ids"]))
-        is_next += len(arrays["input_ids"]) - int(arrays["next_sentence_labels"].sum())
-    return {
-        "format": _FORMAT_VERSION,
-        "source": source,
-        "settings": dataclasses.asdict(settings),
-        "masking": dataclasses.asdict(masking_spec(settings, tokenizer)),
-        "pad_id": int(tokenizer.pad_id),
-        "features": sorted(stored_features(settings)),
-        "shard_rows": shards,
-        "num_examples": int(sum(shards)),
-        "num_is_next": int(is_next),
-    }
-
-
-def _shard_file(feature: str, shard: int) -> str:
-    return f"{feature}-{shard:05d}.npy"
-
-
-class PretrainingSource:
-    """Random access (a grain RandomAccessDataSource) to the examples of one prepared cache.
-
-    Rows are read through memory maps, so opening a large cache costs nothing. Every row carries
-    example_weight = 1.0 (padding rows built from zeros get 0). `dynamic` rows hold no masked-LM
-    features yet; `mask_example` with `masking` and `word_starts` adds them.
-    """
-
-    def __init__(self, path: str):
-        self.path = path
-        manifest_path = os.path.join(path, _MANIFEST)
-        try:
-            with open(manifest_path) as f:
-                self.manifest = json.load(f)
-            settings = Settings(**self.manifest["settings"])
-            self.masking = MaskingSpec(**{**self.manifest["masking"], "special_ids": tuple(
-                self.manifest["masking"]["special_ids"])})
-            features = self.manifest["features"]
-            shard_rows = self.manifest["shard_rows"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise _corrupt(path, f"unreadable manifest {manifest_path}: {e}") from None
-        self.settings = settings
-        self.dynamic = settings.dynamic_masking
-        shapes = feature_shapes(settings)
-        feature_dims = {**PAIR_FEATURES, **MLM_FEATURES}
-        self._arrays: list[dict[str, np.ndarray]] = []
-        for shard, rows in enumerate(shard_rows):
-            arrays = {}
-            for k in features:
-                file = os.path.join(path, _shard_file(k, shard))
-                try:
-                    arr = np.load(file, mmap_mode="r")
-                except (OSError, ValueError) as e:
-                    raise _corrupt(path, f"cannot read {file}: {e}") from None
-                dtype, dims = feature_dims[k]
-                if arr.shape != (rows, *shapes[dims]) or arr.dtype != dtype:
-                    raise _corrupt(path, f"{file} holds {arr.dtype}{list(arr.shape)}, the "
-                                         f"manifest says {np.dtype(dtype)}{[rows, *shapes[dims]]}")
-                arrays[k] = arr
-            self._arrays.append(arrays)
-        try:
-            self.word_starts = np.load(os.path.join(path, _WORD_STARTS))
-        except (OSError, ValueError) as e:
-            raise _corrupt(path, f"cannot read {_WORD_STARTS}: {e}") from None
-        self._offsets = np.cumsum([0, *shard_rows])
-
-    def __len__(self) -> int:
-        return int(self._offsets[-1])
-
-    def __getitem__(self, index: int) -> dict[str, np.ndarray]:
-        index = int(index)
-        if not 0 <= index < len(self):
-            raise IndexError(f"index {index} out of range for {len(self)} examples")
-        shard = int(np.searchsorted(self._offsets, index, side="right")) - 1
-        row = {k: np.array(v[index - self._offsets[shard]]) for k, v in
-               self._arrays[shard].items()}
-        row["example_weight"] = np.float32(1.0)
-        return row
-
-    def __reduce__(self):
-        # Reopen by path when pickled (grain workers): never pickle the memory maps' contents.
-        return (PretrainingSource, (self.path,))
-
-    def __repr__(self) -> str:
-        return f"PretrainingSource({self.path!r}, {len(self)} examples)"
-
-
-def _corrupt(path: str, detail: str) -> DataError:
-    return DataError(
-        f"pretraining cache {path} is incomplete or corrupt ({detail}); delete the directory "
-        f"{path} and run again to regenerate it"
-    )
+def _make_shards(pieces, own: list[int], tokenizer, directory, settings, source, workers,
+                 report) -> None:
+    if not own:
+        return
+    tasks = [(i, pieces[i]) for i in own]
+    total = sum(p.size for _, p in tasks)
+    unit = "MB" if pieces[0].kind == "text" else pieces[0].kind.replace("tfds", "records")
+    scale = 1e6 if unit == "MB" else 1
+    start, done_size = time.perf_counter(), 0
+    workers = min(workers, len(tasks))
+    if workers == 1:
+        _init_worker(tokenizer, str(directory), settings, source)
+        results = map(_make_shard, tasks)
+        pool = None
+    else:
+        # spawn, not fork: the parent may hold JAX's threads, which fork would copy mid-state.
+        pool = multiprocessing.get_context("spawn").Pool(
+            workers, _init_worker, (tokenizer, str(directory), settings, source))
+        results = pool.imap_unordered(_make_shard, tasks)
+    try:
+        for n, (_, size) in enumerate(results, 1):
+            done_size += size
+            if report:
+                elapsed = time.perf_counter() - start
+                rate = done_size / scale / max(elapsed, 1e-9)
+                eta = (total - done_size) / scale / max(rate, 1e-9)
+                digits = 1 if unit == "MB" else 0
+                report(f"prepared {n}/{len(tasks)} shards ({done_size / scale:,.{digits}f} of "
+                       f"{total / scale:,.{digits}f} {unit}) in {elapsed:.1f} s: {rate:,.2f} "
+                       f"{unit}/s, {workers} worker{'s' * (workers > 1)}, ETA {eta:.0f} s")
+    finally:
+        if pool is not None:
+            pool.terminate()
+            pool.join()

@@ -496,23 +496,22 @@ def stored_features(settings: Settings) -> dict[str, tuple[type, str]]:
     return {**PAIR_FEATURES, **({} if settings.dynamic_masking else MLM_FEATURES)}
 
 
-def shard_examples(docs: list[list[np.ndarray]], settings: Settings, shard: int,
-                   num_shards: int, tokenizer, word_starts: np.ndarray,
-                   source: str = "documents") -> dict[str, np.ndarray]:
-    """The examples of one shard: pairs (and, static, masks) from a contiguous group of documents.
+def shard_examples(docs: list[list[np.ndarray]], settings: Settings, shard: int, tokenizer,
+                   word_starts: np.ndarray, source: str = "documents") -> dict[str, np.ndarray]:
+    """The examples of one shard: pairs (and, static, masks) from one piece of the corpus.
 
-    Shard `shard` of `num_shards` takes documents [len * shard / n, len * (shard + 1) / n) (a
-    random B may come from any document) and makes `settings.dupe_factor` passes over them, each
+    Makes `settings.dupe_factor` passes over `docs` (the piece's documents; a random B comes
+    from another document of the same piece, as the reference does within one input file), each
     from its own rng seeded by (settings.seed, shard, pass): the result depends on nothing but
-    the arguments.
+    the arguments, so shards can be made in any order, by any process.
 
     Args:
       docs: from `encode_documents`.
       settings: see Settings.
-      shard, num_shards: which contiguous group of documents.
+      shard: the shard's index (seeds its rngs).
       tokenizer: gives cls_id, sep_id, pad_id, vocab_size, mask_id and special_ids.
       word_starts: `word_start_table(tokenizer)`.
-      source: names the corpus in error messages.
+      source: names the piece in error messages.
 
     Returns:
       feature name -> array [num_examples, *shape] for every `stored_features(settings)`.
@@ -520,20 +519,21 @@ def shard_examples(docs: list[list[np.ndarray]], settings: Settings, shard: int,
     nonempty = _check_pairable(docs, source)
     spec = masking_spec(settings, tokenizer)
     names = stored_features(settings)
-    bounds = np.linspace(0, len(docs), num_shards + 1).astype(int)
-    rows = {k: [] for k in names}
+    shape = feature_shapes(settings)
+    passes = []
     for dupe in range(settings.dupe_factor):
         rng = np.random.default_rng([settings.seed, shard, dupe])
         instances = _create(docs, nonempty, rng, settings.max_seq_length,
-                            settings.short_seq_prob, range(bounds[shard], bounds[shard + 1]))
-        for inst in instances:
+                            settings.short_seq_prob, range(len(docs)))
+        # Rows go straight into arrays: a list of per-row dicts costs ~10x the memory.
+        arrays = {k: np.zeros((len(instances), *shape[dims]), dtype)
+                  for k, (dtype, dims) in names.items()}
+        for i, inst in enumerate(instances):
             row = pair_features(inst, settings.max_seq_length, tokenizer.cls_id,
                                 tokenizer.sep_id, tokenizer.pad_id)
             if not settings.dynamic_masking:
                 row = mask_example(row, spec, word_starts, rng)
             for k in names:
-                rows[k].append(row[k])
-    shape = feature_shapes(settings)
-    return {k: (np.stack(rows[k]).astype(dtype) if rows[k]
-                else np.zeros((0, *shape[dims]), dtype))
-            for k, (dtype, dims) in names.items()}
+                arrays[k][i] = row[k]
+        passes.append(arrays)
+    return {k: np.concatenate([p[k] for p in passes]) for k in names}

@@ -10,7 +10,7 @@ import os
 
 import ml_collections
 
-from zoo.data.readers import text_files
+from zoo.data.readers import corpus_pieces, text_files
 from zoo.data.synthetic.documents import corpus_splits
 from zoo.errors import ConfigError, MissingFileError
 
@@ -42,6 +42,46 @@ def expand_files(patterns: str, key: str) -> list[str]:
             "directories of text files (one sentence per line, a blank line between documents)"
         )
     return sorted(files)
+
+
+def plan_pieces(cfg: ml_collections.ConfigDict, split: str, num_pieces: int = 1
+                ) -> list[corpus_pieces.Piece]:
+    """The documents of `split` as pieces to stream one at a time (zoo.data.readers.corpus_pieces).
+
+    'text': pieces of config.data.shard_mb megabytes (2**20 bytes) of the files, from their
+    sizes alone; 'tfds': `num_pieces` record ranges; 'synthetic': `num_pieces` groups of the
+    (in-memory) documents. The text files are never read here.
+    """
+    if split not in _SPLITS:
+        raise ValueError(f"split must be one of {_SPLITS}, got {split!r}")
+    if cfg.source == "text":
+        key = "config.data.train_files" if split == "train" else "config.data.eval_files"
+        patterns = cfg.train_files if split == "train" else cfg.eval_files
+        shard_mb = cfg.get("shard_mb", 16)
+        if not isinstance(shard_mb, (int, float)) or shard_mb <= 0:
+            raise ConfigError(f"config.data.shard_mb={shard_mb!r} must be a number > 0 "
+                              "(megabytes of text per prepared shard)")
+        return corpus_pieces.plan_text(expand_files(patterns, key), int(shard_mb * 2**20))
+    if cfg.source == "tfds":
+        from zoo.data.readers import tfds_source
+
+        records, _ = tfds_source.open_records(cfg, split)
+        return corpus_pieces.plan_tfds(
+            cfg.tfds_name, cfg.tfds_data_dir, cfg[tfds_source.SPLIT_KEYS[split]],
+            cfg.tfds_text_key, tfds_source.num_records(cfg, records), num_pieces)
+    return corpus_pieces.plan_documents(load_documents(cfg, split), num_pieces)
+
+
+class StreamedDocuments:
+    """The documents of some pieces, re-read from the start on every iteration (for a
+    tokenizer trained on the corpus without holding it)."""
+
+    def __init__(self, pieces: list[corpus_pieces.Piece]):
+        self.pieces = pieces
+
+    def __iter__(self):
+        for piece in self.pieces:
+            yield from corpus_pieces.read_piece(piece)
 
 
 def load_documents(cfg: ml_collections.ConfigDict, split: str) -> Documents:

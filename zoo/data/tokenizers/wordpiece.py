@@ -121,9 +121,21 @@ class WordPieceTokenizer:
         self.special_ids = tuple(sorted({self.pad_id, self.cls_id, self.sep_id, self.mask_id}))
         # No match is longer than the longest entry: bounds the greedy search per position.
         self._max_piece_chars = max(len(t) for t in self._tokens)
+        self._make_caches()
+
+    def _make_caches(self) -> None:
         # Per-instance caches (the rules depend on the flags); words repeat a lot in corpora.
         self._normalize_char = functools.cache(self._normalize_char_uncached)
         self._word_pieces = functools.lru_cache(maxsize=1 << 16)(self._word_pieces_uncached)
+
+    def __getstate__(self) -> dict:
+        # Pickled for preparation worker processes: the caches (bound to this instance) stay.
+        return {k: v for k, v in self.__dict__.items()
+                if k not in ("_normalize_char", "_word_pieces")}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._make_caches()
 
     @classmethod
     def from_vocab_file(

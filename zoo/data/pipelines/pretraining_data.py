@@ -1,0 +1,175 @@
+"""A BERT pretraining job's data, from its config.data: the tokenizer and the train and validation
+examples, either prepared here (into a directory keyed under the cache) or opened from a
+directory the prepare command wrote (config.data.prepared_dir), which training only reads.
+
+A prepared directory holds
+    tokenizer/   the tokenizer file (a copy of config.data.tokenizer, or the trained model)
+                 and tokenizer.json naming it
+    train/       examples (zoo.data.pipelines.pretraining_store layout)
+    validation/  one pass, static masks
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tempfile
+
+import ml_collections
+
+from zoo.data.pipelines import pretraining, pretraining_store
+from zoo.data.pipelines.pretraining_examples import Settings
+from zoo.data.pipelines.pretraining_store import PretrainingSource, as_path
+from zoo.data.readers import sources
+from zoo.data.tokenizers import base as tokenizers
+from zoo.errors import ConfigError, MissingFileError
+
+TOKENIZER_DIR = "tokenizer"
+_TOKENIZER_INFO = "tokenizer.json"
+_SPLITS = ("train", "validation")
+# Settings field -> the config.data key it comes from (for messages naming the key).
+_KEYS = {
+    "max_seq_length": "seq_len",
+    "max_predictions_per_seq": "max_predictions_per_seq",
+    "masked_lm_prob": "masked_lm_prob",
+    "short_seq_prob": "short_seq_prob",
+    "dupe_factor": "dupe_factor",
+    "whole_word": "whole_word_masking",
+    "dynamic_masking": "dynamic_masking",
+    "seed": "seed",
+}
+
+
+@dataclasses.dataclass
+class PretrainingData:
+    tokenizer: object
+    train: PretrainingSource
+    validation: PretrainingSource
+
+
+def settings(data: ml_collections.ConfigDict) -> dict[str, Settings]:
+    """Settings per split: the train split's from config.data; validation is one pass with
+    masks drawn once (a fixed held-out set)."""
+    train = Settings(**{field: data[key] for field, key in _KEYS.items()})
+    validation = dataclasses.replace(train, dupe_factor=1, dynamic_masking=False)
+    return {"train": train, "validation": validation}
+
+
+def prepare(data: ml_collections.ConfigDict, cache_dir: str, output_dir: str = "", *,
+            workers: int = 0, process_index: int = 0, process_count: int = 1,
+            report=None) -> PretrainingData:
+    """Prepares both splits, streaming the corpus piece by piece.
+
+    Into `output_dir` (the prepared-directory layout above) when given, else into directories
+    keyed under `cache_dir` (beside the trained tokenizer, as a job without a prepared
+    directory uses them). workers = 0 takes every core. With several processes, process 0 trains (or copies) the tokenizer and
+    the others wait for it; every process then makes its share of the shards.
+    """
+    pieces = {"train": sources.plan_pieces(data, "train", data.get("num_shards", 1)),
+              "validation": sources.plan_pieces(data, "validation", 1)}
+    split_settings = settings(data)
+    names = {"train": f"config.data.source={data.source!r} (train)",
+             "validation": f"config.data.source={data.source!r} (validation)"}
+    workers = workers or os.cpu_count() or 1
+    kwargs = dict(workers=workers, process_index=process_index, process_count=process_count,
+                  report=report)
+    if not output_dir:
+        tokenizer = tokenizers.from_config(data, cache_dir,
+                                           sources.StreamedDocuments(pieces["train"]))
+        return PretrainingData(tokenizer, *(
+            pretraining.prepare_cached(pieces[s], tokenizer, cache_dir, s, split_settings[s],
+                                       source=names[s], **kwargs) for s in _SPLITS))
+    root = as_path(output_dir)
+    tokenizer = _write_tokenizer(data, root / TOKENIZER_DIR, pieces["train"], process_index,
+                                 report)
+    return PretrainingData(tokenizer, *(
+        pretraining.prepare_pieces(pieces[s], tokenizer, root / s, split_settings[s],
+                                   source=names[s], **kwargs) for s in _SPLITS))
+
+
+def _write_tokenizer(data, directory, train_pieces, process_index: int, report):
+    info_path = directory / _TOKENIZER_INFO
+    if process_index == 0 and not info_path.exists():
+        directory.mkdir(parents=True, exist_ok=True)
+        if data.tokenizer:
+            source = as_path(os.path.expanduser(data.tokenizer))
+            if source.is_dir():
+                raise ConfigError(
+                    f"config.data.tokenizer={data.tokenizer!r} is a directory; a prepared "
+                    "directory takes a tokenizer file (a SentencePiece .model or a WordPiece "
+                    "vocab.txt)")
+            if not source.exists():
+                raise MissingFileError(f"tokenizer {data.tokenizer} (config.data.tokenizer) "
+                                       "does not exist")
+            name, content = source.name, source.read_bytes()
+        else:
+            if report:
+                report(f"training a {data.tokenizer_type} SentencePiece tokenizer of "
+                       f"{data.vocab_size} pieces on the train documents")
+            trained = tokenizers.train_sentencepiece(
+                (s for doc in sources.StreamedDocuments(train_pieces) for s in doc),
+                data.vocab_size, data.tokenizer_type)
+            name = f"spm-{data.tokenizer_type}-{data.vocab_size}.model"
+            with tempfile.TemporaryDirectory() as tmp:
+                trained.save(os.path.join(tmp, name))
+                with open(os.path.join(tmp, name), "rb") as f:
+                    content = f.read()
+        pretraining_store.write_atomically(directory / name, lambda f: f.write(content))
+        pretraining_store.write_json(info_path, {"file": name,
+                                                 "lowercase": bool(data.get("lowercase", True))})
+    pretraining._wait_for(info_path.exists, 2.0, report,
+                          f"waiting for process 0 to write {info_path}")
+    return load_tokenizer(directory)
+
+
+def load_tokenizer(directory):
+    """The tokenizer saved in a prepared directory's tokenizer/ (copied to a local file first
+    when the directory is in a bucket: SentencePiece reads only local files)."""
+    directory = as_path(directory)
+    info = pretraining_store.read_json(directory / _TOKENIZER_INFO)
+    path = directory / info["file"]
+    if pretraining_store.is_remote(path):
+        local = os.path.join(pretraining_store.mirror_root(), "tokenizers",
+                             pretraining_store.content_key(str(path), path.read_bytes()))
+        os.makedirs(local, exist_ok=True)
+        target = os.path.join(local, info["file"])
+        if not os.path.exists(target):
+            with open(target + ".tmp", "wb") as f:
+                f.write(path.read_bytes())
+            os.replace(target + ".tmp", target)
+        path = target
+    return tokenizers.load_tokenizer(os.fspath(path), lowercase=info["lowercase"])
+
+
+def open_prepared(data: ml_collections.ConfigDict) -> PretrainingData:
+    """The tokenizer and examples the prepare command wrote into config.data.prepared_dir,
+    checked against config.data: a setting that differs is a ConfigError naming its key."""
+    root = as_path(data.prepared_dir)
+    if not (root / "train" / pretraining_store.MANIFEST).exists():
+        raise MissingFileError(
+            f"config.data.prepared_dir={data.prepared_dir!r} holds no finished preparation "
+            f"({root / 'train' / pretraining_store.MANIFEST} is missing); run `python -m "
+            "zoo.commands.prepare` with this config first (or set config.data.prepared_dir='' "
+            "to prepare inside the job)")
+    found = {s: PretrainingSource(str(root / s)) for s in _SPLITS}
+    for split, want in settings(data).items():
+        have = found[split].settings
+        differ = [f"config.data.{_KEYS[f.name]}={getattr(want, f.name)!r} (prepared with "
+                  f"{getattr(have, f.name)!r})" for f in dataclasses.fields(Settings)
+                  if getattr(want, f.name) != getattr(have, f.name)]
+        if differ:
+            raise ConfigError(
+                f"config.data.prepared_dir={data.prepared_dir!r} was prepared with other "
+                f"settings: {'; '.join(differ)}. Set those keys as prepared, or prepare again "
+                "into another directory with this config")
+    if data.tokenizer:
+        info = pretraining_store.read_json(root / TOKENIZER_DIR / _TOKENIZER_INFO)
+        given = as_path(os.path.expanduser(data.tokenizer))
+        if (not given.is_file() or given.read_bytes()
+                != (root / TOKENIZER_DIR / info["file"]).read_bytes()):
+            raise ConfigError(
+                f"config.data.tokenizer={data.tokenizer!r} is not the tokenizer "
+                f"{data.prepared_dir} was prepared with ({root / TOKENIZER_DIR / info['file']}); "
+                "set config.data.tokenizer='' to use the prepared one, or prepare again")
+    tokenizer = load_tokenizer(root / TOKENIZER_DIR)
+    return PretrainingData(tokenizer, found["train"], found["validation"])
