@@ -115,7 +115,11 @@ def _sweep(stage: str, make_iterator, args, progress, **fields) -> list[dict]:
 
 def _pretraining(dynamic: bool):
     def stage(args, progress) -> list[dict]:
-        from zoo.data.pipelines import pretraining, pretraining_batches, pretraining_examples
+        from zoo.data.pipelines import (
+            pretraining,
+            pretraining_batches,
+            pretraining_examples,
+        )
         from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 
         docs = _documents(args.entities)

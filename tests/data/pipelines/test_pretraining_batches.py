@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from zoo.data.pipelines import masking
 from zoo.data.pipelines import pretraining as pt
 from zoo.data.pipelines import pretraining_batches as pb
 from zoo.data.pipelines import pretraining_examples as examples
@@ -44,8 +45,8 @@ def test_dynamic_masks_are_a_function_of_seed_epoch_and_index(dynamic_source):
         for r in range(batch_size):
             epoch, i = (step * batch_size + r) // n, index_of[_unmasked(batch, r)]
             # The row masked alone, from its own key, as in any other batch.
-            alone = examples.mask_batch(src[i]["input_ids"][None],
-                                        examples.masking_keys(seed, epoch, [i]), src.masking)
+            alone = masking.mask_batch(src[i]["input_ids"][None],
+                                        masking.masking_keys(seed, epoch, [i]), src.masking)
             for k, v in {**src[i], **{k: v[0] for k, v in alone.items()}}.items():
                 np.testing.assert_array_equal(batch[k][r], v)
             seen[epoch, i] = batch["masked_lm_positions"][r]

@@ -1,8 +1,10 @@
-"""BERT pretraining examples: masking statistics, sentence pairs and their layout."""
+"""BERT pretraining examples: masking statistics (zoo.data.pipelines.masking, both
+drivers), sentence pairs and their layout."""
 
 import numpy as np
 import pytest
 
+from zoo.data.pipelines import masking
 from zoo.data.pipelines import pretraining_examples as examples
 
 L = 64  # max_seq_length of most tests
@@ -23,24 +25,24 @@ def instances(train_ids):
 def _keyed(ids, rng, prob=0.15, max_predictions=20, *, vocab_size, special_ids, mask_id,
            word_starts=None, whole_word=False):
     """mask_tokens' interface over mask_batch (dynamic masking): one row under a fresh key."""
-    spec = examples.MaskingSpec(prob, max_predictions, vocab_size, mask_id,
+    spec = masking.MaskingSpec(prob, max_predictions, vocab_size, mask_id,
                                 tuple(sorted(special_ids)), whole_word)
     table = None
     if word_starts is not None:  # per position -> per id (the tests' ids agree on it)
         table = np.zeros(vocab_size, bool)
         table[ids] = word_starts
-    keys = examples.masking_keys(0, 0, rng.integers(2**62, size=1))
-    out = examples.mask_batch(np.asarray(ids)[None], keys, spec, table)
-    return examples.MaskedLM(**{k: v[0] for k, v in out.items()})
+    keys = masking.masking_keys(0, 0, rng.integers(2**62, size=1))
+    out = masking.mask_batch(np.asarray(ids)[None], keys, spec, table)
+    return masking.MaskedLM(**{k: v[0] for k, v in out.items()})
 
 
 # Static masks (mask_tokens, a Generator) and dynamic ones (mask_batch, counter-based keys)
 # must follow the same distribution: every masking test runs on both.
-MASKERS = pytest.mark.parametrize("masker", [examples.mask_tokens, _keyed],
+MASKERS = pytest.mark.parametrize("masker", [masking.mask_tokens, _keyed],
                                   ids=["mask_tokens", "mask_batch"])
 
 
-def _mask(tok, ids, rng, prob=0.15, max_predictions=L, masker=examples.mask_tokens, **kw):
+def _mask(tok, ids, rng, prob=0.15, max_predictions=L, masker=masking.mask_tokens, **kw):
     return masker(ids, rng, prob, max_predictions, vocab_size=tok.vocab_size,
                           special_ids=tok.special_ids, mask_id=tok.mask_id, **kw)
 
@@ -273,7 +275,7 @@ def test_clear_errors():
         examples.create_instances([[[7, 8]], [[9]], [[10, 11]]], np.random.default_rng(0), 16,
                             source="config.data.train_files")
     with pytest.raises(ValueError, match="word_starts"):
-        examples.mask_tokens(np.array([4, 7, 8, 5]), np.random.default_rng(0), vocab_size=10,
+        masking.mask_tokens(np.array([4, 7, 8, 5]), np.random.default_rng(0), vocab_size=10,
                        special_ids={0, 4, 5, 6}, mask_id=6, whole_word=True)
 
 

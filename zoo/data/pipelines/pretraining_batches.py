@@ -1,7 +1,7 @@
 """Batches of prepared BERT pretraining examples: an endless, checkpointable train iterator and
 ordered eval passes, process-local slices of global batches.
 
-Dynamic masks are drawn here, a whole batch at a time (pretraining_examples.mask_batch), from
+Dynamic masks are drawn here, a whole batch at a time (zoo.data.pipelines.masking.mask_batch), from
 keys of (seed, epoch, example index), so a restored iterator redraws the same masks, every
 epoch sees new ones and no mask depends on the batch it falls in or on how many processes share
 the batch.
@@ -16,8 +16,8 @@ import grain
 import numpy as np
 
 from zoo.data.pipelines.batching import iterate, local_batch_size
+from zoo.data.pipelines.masking import mask_batch, masking_keys
 from zoo.data.pipelines.pretraining import PretrainingSource
-from zoo.data.pipelines.pretraining_examples import mask_batch, masking_keys
 from zoo.errors import ConfigError
 
 
