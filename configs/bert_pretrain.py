@@ -76,6 +76,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         dynamic_masking=tiny,  # fresh masks every epoch, drawn from (seed, epoch, index)
         batch_size=batch,
         eval_batch_size=32 if tiny else 256,
+        # Grain worker processes building train batches (0: threads in the training process);
+        # the batches are the same for any count. A TPU VM host has cores to spare.
+        num_workers=0,
     )
     steps = ml_collections.FieldReference(num_steps)
     config.optim = default_optim_config()

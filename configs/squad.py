@@ -54,6 +54,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         max_query_length=32 if tiny else 64,
         batch_size=32,
         eval_batch_size=64,
+        num_workers=0,  # grain worker processes building train batches (0: in-process)
     )
     steps = ml_collections.FieldReference(1500 if tiny else 5500)
     config.optim = default_optim_config()

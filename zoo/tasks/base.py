@@ -68,9 +68,11 @@ class Task(abc.ABC):
 
     def train_batches(self, process_index: int, process_count: int) -> Iterator[Batch]:
         """Endless process-local batches (this process's rows of each global batch): shuffled
-        epochs of `train_rows`, resumable (zoo.data.pipelines.batching.train_iterator)."""
+        epochs of `train_rows`, resumable (zoo.data.pipelines.batching.train_iterator); built in
+        config.data.num_workers grain processes where the job's config declares that key."""
         return batching.train_iterator(self.train_rows, self.config.data.batch_size,
-                                       self.config.data.seed, process_index, process_count)
+                                       self.config.data.seed, process_index, process_count,
+                                       num_workers=self.config.data.get("num_workers", 0))
 
     def eval_batches(self, process_index: int, process_count: int) -> Iterable[Batch]:
         """One pass over the held-out split, process-local, global shapes fixed: `eval_rows`

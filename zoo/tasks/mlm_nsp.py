@@ -88,7 +88,7 @@ class PretrainingTask(Task):
     def train_batches(self, process_index: int, process_count: int):
         return pretraining_batches.train_iterator(
             self.train_source, self.config.data.batch_size, self.config.data.seed,
-            process_index, process_count)
+            process_index, process_count, num_workers=self.config.data.num_workers)
 
     def eval_batches(self, process_index: int, process_count: int):
         return pretraining_batches.eval_batches(

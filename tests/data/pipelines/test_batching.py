@@ -80,3 +80,20 @@ def test_bad_buckets_are_named():
         batching.bucketed_train_iterator(rows, lengths, [6, 4, 8], 4, seed=0)
     with pytest.raises(ValueError, match="batch_size=64 is more than any length bucket"):
         batching.bucketed_train_iterator(rows, lengths, BOUNDARIES, 64, seed=0)
+
+
+def test_plain_batches_cover_each_epoch_and_are_the_same_in_worker_processes():
+    rows, _ = _rows()
+    batches = _take(batching.train_iterator(rows, 8, seed=4), 12)  # two epochs of 48 rows
+    for epoch in (batches[:6], batches[6:]):
+        assert sorted(np.concatenate([b["row"] for b in epoch])) == list(range(48))
+        for b in epoch:  # every array of a row stays with it
+            np.testing.assert_array_equal(b["tokens"].max(axis=1), b["row"] + 1)
+    assert not np.array_equal(batches[0]["row"], batches[6]["row"])  # reshuffled
+    # Process 1 of 2 built in two worker processes: its half of the same global batches.
+    workers = batching.train_iterator(rows, 8, seed=4, process_index=1, process_count=2,
+                                      num_workers=2)
+    for want, got in zip(batches, _take(workers, 12)):
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k][4:])
+    workers.close()

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from zoo.data.pipelines import masking
 from zoo.data.pipelines import pretraining as pt
 from zoo.data.pipelines import pretraining_batches as pb
 from zoo.data.pipelines import pretraining_examples as examples
@@ -43,9 +44,10 @@ def test_dynamic_masks_are_a_function_of_seed_epoch_and_index(dynamic_source):
         batch = next(it)
         for r in range(batch_size):
             epoch, i = (step * batch_size + r) // n, index_of[_unmasked(batch, r)]
-            expected = examples.mask_example(src[i], src.masking, src.word_starts,
-                                       examples.masking_rng(seed, epoch, i))
-            for k, v in expected.items():
+            # The row masked alone, from its own key, as in any other batch.
+            alone = masking.mask_batch(src[i]["input_ids"][None],
+                                        masking.masking_keys(seed, epoch, [i]), src.masking)
+            for k, v in {**src[i], **{k: v[0] for k, v in alone.items()}}.items():
                 np.testing.assert_array_equal(batch[k][r], v)
             seen[epoch, i] = batch["masked_lm_positions"][r]
     for epoch in (0, 1):  # every example exactly once per epoch
@@ -110,3 +112,36 @@ def test_eval_batches_cover_every_example_once_with_weighted_padding(kind, reque
     originals = [_unmasked({k: v[None] for k, v in row.items()}, 0) if "masked_lm_ids" in row
                  else row["input_ids"].tobytes() for row in stored]
     assert sorted(rows) == sorted(originals)
+
+
+def _take(it, n):
+    return [next(it) for _ in range(n)]
+
+
+def _assert_same(got, want):
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.keys() == w.keys()
+        for k in w:
+            np.testing.assert_array_equal(g[k], w[k])
+
+
+def test_worker_processes_give_the_same_batches_restore_and_slice(dynamic_source):
+    # One test for every worker property: each worker process costs ~1 s to start (spawn).
+    src, batch_size, seed = dynamic_source, 8, 2
+    want = _take(pb.train_iterator(src, batch_size, seed), 6)  # in-process threads
+    # One worker, process 1 of 2: its half of each of the same global batches.
+    second_half = pb.train_iterator(src, batch_size, seed, process_index=1, process_count=2,
+                                    num_workers=1)
+    _assert_same(_take(second_half, 6), [{k: v[4:] for k, v in w.items()} for w in want])
+    two = pb.train_iterator(src, batch_size, seed, num_workers=2)
+    _assert_same(_take(two, 3), want[:3])
+    state = two.get_state()
+    _assert_same(_take(two, 3), want[3:])
+    restored = pb.train_iterator(src, batch_size, seed, num_workers=2)
+    restored.set_state(state)
+    _assert_same(_take(restored, 3), want[3:])
+    for it in (second_half, two, restored):
+        it.close()  # stop the workers now, not at interpreter exit
+    with pytest.raises(ValueError, match="config.data.num_workers=-1"):
+        pb.train_iterator(src, batch_size, seed, num_workers=-1)

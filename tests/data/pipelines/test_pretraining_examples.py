@@ -1,8 +1,10 @@
-"""BERT pretraining examples: masking statistics, sentence pairs and their layout."""
+"""BERT pretraining examples: masking statistics (zoo.data.pipelines.masking, both
+drivers), sentence pairs and their layout."""
 
 import numpy as np
 import pytest
 
+from zoo.data.pipelines import masking
 from zoo.data.pipelines import pretraining_examples as examples
 
 L = 64  # max_seq_length of most tests
@@ -20,8 +22,28 @@ def instances(train_ids):
             for inst in examples.create_instances(train_ids, np.random.default_rng(seed), L)]
 
 
-def _mask(tok, ids, rng, prob=0.15, max_predictions=L, **kw):
-    return examples.mask_tokens(ids, rng, prob, max_predictions, vocab_size=tok.vocab_size,
+def _keyed(ids, rng, prob=0.15, max_predictions=20, *, vocab_size, special_ids, mask_id,
+           word_starts=None, whole_word=False):
+    """mask_tokens' interface over mask_batch (dynamic masking): one row under a fresh key."""
+    spec = masking.MaskingSpec(prob, max_predictions, vocab_size, mask_id,
+                                tuple(sorted(special_ids)), whole_word)
+    table = None
+    if word_starts is not None:  # per position -> per id (the tests' ids agree on it)
+        table = np.zeros(vocab_size, bool)
+        table[ids] = word_starts
+    keys = masking.masking_keys(0, 0, rng.integers(2**62, size=1))
+    out = masking.mask_batch(np.asarray(ids)[None], keys, spec, table)
+    return masking.MaskedLM(**{k: v[0] for k, v in out.items()})
+
+
+# Static masks (mask_tokens, a Generator) and dynamic ones (mask_batch, counter-based keys)
+# must follow the same distribution: every masking test runs on both.
+MASKERS = pytest.mark.parametrize("masker", [masking.mask_tokens, _keyed],
+                                  ids=["mask_tokens", "mask_batch"])
+
+
+def _mask(tok, ids, rng, prob=0.15, max_predictions=L, masker=masking.mask_tokens, **kw):
+    return masker(ids, rng, prob, max_predictions, vocab_size=tok.vocab_size,
                           special_ids=tok.special_ids, mask_id=tok.mask_id, **kw)
 
 
@@ -33,7 +55,8 @@ def _is_special(tok, ids):
 # Masking.
 
 
-def test_masking_statistics_follow_bert(tok, instances):
+@MASKERS
+def test_masking_statistics_follow_bert(tok, instances, masker):
     rng = np.random.default_rng(0)
     n_vocab_draws = tok.vocab_size - len(tok.special_ids)
     counts = {"mask": 0, "random": 0, "same": 0}
@@ -42,7 +65,7 @@ def test_masking_statistics_follow_bert(tok, instances):
     for inst in instances[:1000]:
         row = examples.pair_features(inst, L, tok.cls_id, tok.sep_id)
         ids = row["input_ids"]
-        out = _mask(tok, ids, rng)
+        out = _mask(tok, ids, rng, masker=masker)
         cand = np.flatnonzero(~_is_special(tok, ids))
         k = int(out.masked_lm_weights.sum())
         # Exactly BERT's count: round(15% of the maskable tokens), at least one.
@@ -78,24 +101,26 @@ def test_masking_statistics_follow_bert(tok, instances):
     assert abs(counts["same"] / n - 0.1 * (1 + 1 / n_vocab_draws)) < 0.018
 
 
-def test_max_predictions_caps_the_count_and_pads_targets(tok, instances):
+@MASKERS
+def test_max_predictions_caps_the_count_and_pads_targets(tok, instances, masker):
     rng = np.random.default_rng(1)
     for inst in instances[:50]:
         ids = examples.pair_features(inst, L, tok.cls_id, tok.sep_id)["input_ids"]
-        out = _mask(tok, ids, rng, max_predictions=3)
+        out = _mask(tok, ids, rng, max_predictions=3, masker=masker)
         n = int(np.sum(~_is_special(tok, ids)))
         assert out.masked_lm_positions.shape == (3,)
         assert out.masked_lm_weights.sum() == min(3, max(1, round(0.15 * n)))
 
 
-def test_random_replacements_are_uniform_over_non_special_ids():
+@MASKERS
+def test_random_replacements_are_uniform_over_non_special_ids(masker):
     vocab, specials = 16, {0, 1, 4, 5, 6, 9}
     allowed = sorted(set(range(vocab)) - specials)
     ids = np.array([4] + [7] * 200 + [5], np.int32)  # every maskable token is 7
     rng = np.random.default_rng(2)
     draws = []
     for _ in range(200):
-        out = examples.mask_tokens(ids, rng, 1.0, 200, vocab_size=vocab, special_ids=specials,
+        out = masker(ids, rng, 1.0, 200, vocab_size=vocab, special_ids=specials,
                              mask_id=6)
         new = out.input_ids[1:-1]
         draws.append(new[(new != 6) & (new != 7)])
@@ -107,7 +132,8 @@ def test_random_replacements_are_uniform_over_non_special_ids():
     assert np.all(np.abs(freq - expected) < 5 * np.sqrt(expected))
 
 
-def test_whole_word_masking_takes_every_piece_of_a_word(tok, instances):
+@MASKERS
+def test_whole_word_masking_takes_every_piece_of_a_word(tok, instances, masker):
     rng = np.random.default_rng(3)
     table = examples.word_start_table(tok)
     multi_piece_words_masked = partial_words_without = 0
@@ -123,7 +149,7 @@ def test_whole_word_masking_takes_every_piece_of_a_word(tok, instances):
             else:
                 current.append(p)
         n = sum(len(g) for g in groups)
-        out = _mask(tok, ids, rng, word_starts=table[ids], whole_word=True)
+        out = _mask(tok, ids, rng, word_starts=table[ids], whole_word=True, masker=masker)
         k = int(out.masked_lm_weights.sum())
         chosen = set(out.masked_lm_positions[:k].tolist())
         # At most the usual count, or a single word when no word fits in it.
@@ -133,24 +159,25 @@ def test_whole_word_masking_takes_every_piece_of_a_word(tok, instances):
             assert all(hit) or not any(hit), (g, sorted(chosen))
             multi_piece_words_masked += all(hit) and len(g) > 1
         # Token-level masking of the same rows does split words: the check above can fail.
-        plain = set(_mask(tok, ids, rng).masked_lm_positions.tolist())
+        plain = set(_mask(tok, ids, rng, masker=masker).masked_lm_positions.tolist())
         partial_words_without += any(0 < sum(p in plain for p in g) < len(g) for g in groups)
     assert multi_piece_words_masked > 100
     assert partial_words_without > 50
 
 
-def test_whole_word_masking_takes_a_long_word_rather_than_nothing():
+@MASKERS
+def test_whole_word_masking_takes_a_long_word_rather_than_nothing(masker):
     # 5 maskable tokens -> 1 to predict, but the only words have 2 and 3 pieces.
     ids = np.array([4, 10, 11, 12, 13, 14, 5], np.int32)
     starts = np.array([1, 1, 0, 1, 0, 0, 1], bool)
     for seed in range(20):
-        out = examples.mask_tokens(ids, np.random.default_rng(seed), 0.15, 3, vocab_size=20,
+        out = masker(ids, np.random.default_rng(seed), 0.15, 3, vocab_size=20,
                              special_ids={0, 4, 5, 6}, mask_id=6, word_starts=starts,
                              whole_word=True)
         k = int(out.masked_lm_weights.sum())
         assert out.masked_lm_positions[:k].tolist() in ([1, 2], [3, 4, 5])
     # A word longer than P cannot be taken whole: no target rather than part of it.
-    out = examples.mask_tokens(ids, np.random.default_rng(0), 0.15, 1, vocab_size=20,
+    out = masker(ids, np.random.default_rng(0), 0.15, 1, vocab_size=20,
                          special_ids={0, 4, 5, 6}, mask_id=6, word_starts=starts,
                          whole_word=True)
     assert out.masked_lm_weights.sum() == 0
@@ -248,7 +275,7 @@ def test_clear_errors():
         examples.create_instances([[[7, 8]], [[9]], [[10, 11]]], np.random.default_rng(0), 16,
                             source="config.data.train_files")
     with pytest.raises(ValueError, match="word_starts"):
-        examples.mask_tokens(np.array([4, 7, 8, 5]), np.random.default_rng(0), vocab_size=10,
+        masking.mask_tokens(np.array([4, 7, 8, 5]), np.random.default_rng(0), vocab_size=10,
                        special_ids={0, 4, 5, 6}, mask_id=6, whole_word=True)
 
 

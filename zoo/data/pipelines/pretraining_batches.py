@@ -1,45 +1,47 @@
 """Batches of prepared BERT pretraining examples: an endless, checkpointable train iterator and
 ordered eval passes, process-local slices of global batches.
 
-Dynamic masks are drawn here from an rng keyed by (seed, epoch, example index), so a restored
-iterator redraws the same masks, every epoch sees new ones and no mask depends on how many
-processes share the batch.
+Dynamic masks are drawn here, a whole batch at a time (zoo.data.pipelines.masking.mask_batch), from
+keys of (seed, epoch, example index), so a restored iterator redraws the same masks, every
+epoch sees new ones and no mask depends on the batch it falls in or on how many processes share
+the batch.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import grain
 import numpy as np
 
-from zoo.data.pipelines.batching import local_batch_size
+from zoo.data.pipelines.batching import iterate, local_batch_size
+from zoo.data.pipelines.masking import mask_batch, masking_keys
 from zoo.data.pipelines.pretraining import PretrainingSource
-from zoo.data.pipelines.pretraining_examples import mask_example, masking_rng
 from zoo.errors import ConfigError
 
 
-def _features(source: PretrainingSource, index: int, seed: int, epoch: int) -> dict:
-    row = source[index]
-    if source.dynamic:
-        row = mask_example(row, source.masking, source.word_starts,
-                           masking_rng(seed, epoch, index))
-    return row
-
-
-def _stack(rows: list[dict]) -> dict[str, np.ndarray]:
+def _read(source: PretrainingSource, indices: Sequence[int]) -> dict[str, np.ndarray]:
+    """The stored features of rows `indices`, stacked [len(indices), ...]."""
+    # Row by row: PretrainingSource has no batched read (yet); one stack per feature at the end.
+    rows = [source[int(i)] for i in indices]
     return {k: np.stack([r[k] for r in rows]) for k in rows[0]}
 
 
+def _batch(source: PretrainingSource, seed: int, indices, epochs) -> dict[str, np.ndarray]:
+    batch = _read(source, indices)
+    if source.dynamic:
+        batch.update(mask_batch(batch["input_ids"], masking_keys(seed, epochs, indices),
+                                source.masking, source.word_starts))
+    return batch
+
+
 def _train_batch(source, seed, batch_size, process_index, local, step, indices):
-    n = len(source)
-    # Global position p of the stream is index indices[p % B] of epoch p // n.
+    # Global position p of the stream is index indices[p % B] of epoch p // n; only this
+    # process's rows [lo, lo + local) are read.
     lo = process_index * local
-    return _stack([
-        _features(source, int(indices[j]), seed, (step * batch_size + j) // n)
-        for j in range(lo, lo + local)
-    ])
+    epochs = (step * batch_size + np.arange(lo, lo + local)) // len(source)
+    return _batch(source, seed, indices[lo:lo + local], epochs)
 
 
 def train_iterator(
@@ -48,19 +50,18 @@ def train_iterator(
     seed: int,
     process_index: int = 0,
     process_count: int = 1,
-    read_options: grain.ReadOptions | None = None,
+    num_workers: int = 0,
 ) -> Iterator[dict[str, np.ndarray]]:
     """Endless, checkpointable (grain get_state/set_state) iterator of process-local batches.
 
     The order is global: every epoch is a seeded permutation of all examples (a new one each
     epoch), cut into global batches of `batch_size`; process i takes rows
     [i * B / count, (i + 1) * B / count) of each. Only those rows are read. A dynamic source is
-    masked here with masking_rng(seed, epoch, example index), so masks do not depend on the
+    masked here with masking_keys(seed, epoch, example index), so masks do not depend on the
     process count and a restored iterator redraws them exactly.
 
-    `read_options` defaults to a few batches read ahead on 2 threads: building a batch is
-    GIL-bound numpy work, so grain's default (16 threads, 500 batches ahead) only burns memory
-    and start-up time.
+    `num_workers` > 0 builds batches in that many grain worker processes
+    (config.data.num_workers); the batches are the same as with 0 (threads in this process).
     """
     local = local_batch_size(batch_size, process_count, "config.data.batch_size")
     if len(source) < batch_size:
@@ -76,8 +77,7 @@ def train_iterator(
         .map_with_index(functools.partial(_train_batch, source, seed, batch_size,
                                           process_index, local))
     )
-    options = read_options or grain.ReadOptions(num_threads=2, prefetch_buffer_size=8)
-    return iter(dataset.to_iter_dataset(options))
+    return iterate(dataset, num_workers)
 
 
 def eval_batches(
@@ -92,14 +92,15 @@ def eval_batches(
     """
     local = local_batch_size(batch_size, process_count, "config.data.eval_batch_size")
     n = len(source)
-    if n == 0:
-        return []
-    template = _features(source, 0, seed, 0)
-    padding = {k: np.zeros_like(v) for k, v in template.items()}
     batches = []
     for start in range(0, n, batch_size):
         lo = start + process_index * local
-        batches.append(_stack([
-            _features(source, i, seed, 0) if i < n else padding for i in range(lo, lo + local)
-        ]))
+        real = np.arange(lo, min(lo + local, n))
+        if len(real):
+            batch = _batch(source, seed, real, 0)
+        else:  # this process's slice of the last batch is all padding
+            batch = {k: v[:0] for k, v in _batch(source, seed, [0], 0).items()}
+        batches.append({k: np.concatenate([v, np.zeros((local - len(real),) + v.shape[1:],
+                                                        v.dtype)])
+                        for k, v in batch.items()})
     return batches

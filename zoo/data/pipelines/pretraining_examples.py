@@ -20,8 +20,8 @@ Deliberate differences from the reference:
 
 Masking is either static (`dupe_factor` passes over the corpus, each with fresh pairs and masks,
 stored on disk as in the reference) or dynamic (pairs stored unmasked, masks drawn when a batch is
-built from an rng keyed by (seed, epoch, example index), so a restored iterator redraws the same
-masks and every epoch sees new ones).
+built from keys of (seed, epoch, example index), so a restored iterator redraws the same masks
+and every epoch sees new ones); zoo.data.pipelines.masking holds the rules and both drivers.
 
 Everything here makes examples and nothing stores them: `shard_examples` is a pure function of
 the encoded corpus, the Settings and the shard index, so shards can be made in any order or in
@@ -32,14 +32,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import NamedTuple
 
 import numpy as np
 
+from zoo.data.pipelines.masking import MaskingSpec, mask_example
+from zoo.data.pipelines.masking import check_max_predictions as _check_max_predictions
 from zoo.errors import ConfigError, DataError
-
-# Tags the dynamic-masking rng stream so it never coincides with another use of the same seed.
-_MASK_STREAM = 0x4D4C4D
 
 # Feature name -> (dtype, per-example shape in terms of L = max_seq_length, P = predictions).
 PAIR_FEATURES = {
@@ -96,13 +94,6 @@ def _check_max_seq_length(max_seq_length) -> None:
         raise ConfigError(
             f"max_seq_length={max_seq_length!r} must be an int >= 8: [CLS] A [SEP] B [SEP] "
             "needs room for two non-trivial segments"
-        )
-
-
-def _check_max_predictions(max_predictions_per_seq) -> None:
-    if not isinstance(max_predictions_per_seq, (int, np.integer)) or max_predictions_per_seq < 1:
-        raise ConfigError(
-            f"max_predictions_per_seq={max_predictions_per_seq!r} must be an int >= 1"
         )
 
 
@@ -290,153 +281,6 @@ def pair_features(instance: Instance, max_seq_length: int, cls_id: int, sep_id: 
         "attention_mask": attention_mask,
         "next_sentence_labels": np.int32(instance.is_random_next),
     }
-
-
-# ---------------------------------------------------------------------------------------------
-# Masking.
-
-
-class MaskedLM(NamedTuple):
-    """Masked inputs [L] and P-padded targets (positions sorted, weights 1 real / 0 padding)."""
-
-    input_ids: np.ndarray
-    masked_lm_positions: np.ndarray
-    masked_lm_ids: np.ndarray
-    masked_lm_weights: np.ndarray
-
-
-def mask_tokens(
-    ids: np.ndarray,
-    rng: np.random.Generator,
-    masked_lm_prob: float = 0.15,
-    max_predictions_per_seq: int = 20,
-    *,
-    vocab_size: int,
-    special_ids,
-    mask_id: int,
-    word_starts: np.ndarray | None = None,
-    whole_word: bool = False,
-) -> MaskedLM:
-    """BERT's masked-LM corruption of one (possibly padded) sequence.
-
-    min(max_predictions_per_seq, max(1, round(masked_lm_prob * n))) of the n maskable tokens
-    (all but `special_ids`: [CLS], [SEP], padding, ...) are chosen for prediction; each chosen
-    token becomes [MASK] with probability 0.8, a token drawn uniformly from the non-special
-    vocabulary with probability 0.1, and stays unchanged otherwise.
-
-    Args:
-      ids: int token ids [L].
-      rng: numpy Generator.
-      masked_lm_prob: fraction of maskable tokens to predict.
-      max_predictions_per_seq: P, the length the targets are padded to.
-      vocab_size: ids are < vocab_size; random replacements are drawn below it.
-      special_ids: ids never chosen and never drawn as replacements.
-      mask_id: the [MASK] id.
-      word_starts: bool [L], True where a token begins a word (needed for whole_word).
-      whole_word: choose whole words: a word start and the continuation pieces after it are
-        predicted together or not at all. A word that would overshoot the count is skipped,
-        unless nothing else fits: then one word of at most P pieces is taken whole.
-
-    Returns:
-      MaskedLM with int32 input_ids [L], masked_lm_positions [P], masked_lm_ids [P] (the
-      original ids) and float32 masked_lm_weights [P].
-    """
-    _check_max_predictions(max_predictions_per_seq)
-    ids = np.asarray(ids, np.int32)
-    specials = sorted({int(s) for s in special_ids})
-    maskable = np.ones(ids.shape, bool)
-    for s in specials:  # a handful of compares beats np.isin's sort on short rows
-        maskable &= ids != s
-    candidates = np.flatnonzero(maskable)
-    n = len(candidates)
-    num_to_predict = min(max_predictions_per_seq, max(1, round(n * masked_lm_prob)))
-    if n == 0:
-        chosen = candidates
-    elif whole_word:
-        if word_starts is None:
-            raise ValueError("mask_tokens(whole_word=True) needs word_starts (bool [L])")
-        chosen = _choose_words(candidates, np.asarray(word_starts, bool), num_to_predict,
-                               max_predictions_per_seq, rng)
-    else:
-        chosen = np.sort(rng.permutation(candidates)[:num_to_predict])
-    k = len(chosen)
-    u = rng.random(k)
-    replaced = ids.copy()
-    masked = u < 0.8
-    random = u >= 0.9  # [0.8, 0.9) keeps the original token
-    replaced[chosen[masked]] = mask_id
-    replaced[chosen[random]] = _random_non_special(rng, int(random.sum()), vocab_size, specials)
-
-    positions = np.zeros(max_predictions_per_seq, np.int32)
-    labels = np.zeros(max_predictions_per_seq, np.int32)
-    weights = np.zeros(max_predictions_per_seq, np.float32)
-    positions[:k], labels[:k], weights[:k] = chosen, ids[chosen], 1.0
-    return MaskedLM(replaced, positions, labels, weights)
-
-
-def _choose_words(candidates, word_starts, num_to_predict, max_predictions, rng) -> np.ndarray:
-    # A group starts at a word start or wherever the maskable run breaks (after [SEP] etc.), so
-    # a continuation piece is never glued to a word across a special token.
-    starts = word_starts[candidates] | (np.diff(candidates, prepend=-2) != 1)
-    bounds = np.append(np.flatnonzero(starts), len(candidates))
-    chosen, count, fallback = [], 0, None
-    for g in rng.permutation(len(bounds) - 1):
-        if count >= num_to_predict:
-            break
-        group = candidates[bounds[g]:bounds[g + 1]]
-        if count + len(group) > num_to_predict:
-            # As the reference, skip a word that would overshoot; remember the first one that
-            # fits in P, so a row of long words still gets a target instead of none.
-            if fallback is None and len(group) <= max_predictions:
-                fallback = group
-            continue
-        chosen.append(group)
-        count += len(group)
-    if not chosen:
-        chosen = [] if fallback is None else [fallback]
-    return np.sort(np.concatenate(chosen)) if chosen else candidates[:0]
-
-
-def _random_non_special(rng, k, vocab_size, specials) -> np.ndarray:
-    """k ids uniform over [0, vocab_size) minus the specials, without a vocabulary-size table."""
-    specials = [s for s in specials if s < vocab_size]
-    if vocab_size - len(specials) < 1:
-        raise ConfigError(f"vocab_size={vocab_size} leaves no non-special token to sample")
-    x = rng.integers(vocab_size - len(specials), size=k)
-    # The x-th non-special id is x + #{specials at or below it}; with the ascending specials s_j
-    # that count is #{j : s_j - j <= x}.
-    return (x + np.searchsorted(np.subtract(specials, np.arange(len(specials))), x,
-                                side="right")).astype(np.int32)
-
-
-@dataclasses.dataclass(frozen=True)
-class MaskingSpec:
-    """What masking needs besides an rng, as stored in a cache manifest."""
-
-    masked_lm_prob: float
-    max_predictions_per_seq: int
-    vocab_size: int
-    mask_id: int
-    special_ids: tuple[int, ...]
-    whole_word: bool
-
-
-def mask_example(row: dict[str, np.ndarray], spec: MaskingSpec, word_start_table: np.ndarray,
-                 rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Adds masked-LM features to an unmasked pair row (input_ids replaced by masked ones)."""
-    ids = row["input_ids"]
-    out = mask_tokens(
-        ids, rng, spec.masked_lm_prob, spec.max_predictions_per_seq,
-        vocab_size=spec.vocab_size, special_ids=spec.special_ids, mask_id=spec.mask_id,
-        word_starts=word_start_table[ids] if spec.whole_word else None,
-        whole_word=spec.whole_word,
-    )
-    return {**row, **out._asdict()}
-
-
-def masking_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
-    """The dynamic-masking rng of example `index` in `epoch`: a pure function of its key."""
-    return np.random.default_rng([int(seed), int(epoch), int(index), _MASK_STREAM])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,50 @@
+"""benchmarks.data: a --quick run as a real process writes its files, and each ratio is the
+supply it printed over the demand it printed."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks import data
+
+
+def test_quick_run_writes_results_and_ratios_of_its_printed_numbers(tmp_path):
+    # Two stages (one on disk, one in memory), 0 and 1 workers: a few seconds.
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.data", "--quick", "--out", str(tmp_path),
+         "--stages", "pretraining_dynamic,squad"],
+        capture_output=True, text=True, timeout=120,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert done.returncode == 0, done.stderr[-3000:]
+    demand = float(re.search(r"demand: ([\d.]+) examples/s", done.stdout).group(1))
+    printed = re.findall(r"^(\S+) +workers=(\d+) +([\d.]+) examples/s +ratio=([\d.]+)",
+                         done.stdout, re.M)
+    assert [(s, int(w)) for s, w, _, _ in printed] == [
+        ("pretraining_dynamic", 0), ("pretraining_dynamic", 1), ("squad", 0), ("squad", 1)]
+    for _, _, supply, ratio in printed:
+        assert float(supply) > 0
+        assert float(ratio) == pytest.approx(float(supply) / demand, rel=1e-3, abs=1e-3)
+    lines = [json.loads(x) for x in (tmp_path / "data.jsonl").read_text().splitlines()]
+    head, records = lines[0], lines[1:]
+    assert head["kind"] == "run" and head["demand"]["examples_per_s"] == pytest.approx(demand,
+                                                                                      abs=0.06)
+    assert [r["examples_per_s"] for r in records] == pytest.approx(
+        [float(s) for _, _, s, _ in printed], abs=0.06)
+    table = (tmp_path / "data.md").read_text()
+    assert table.count("| pretraining_dynamic |") == 2 and table.count("| squad |") == 2
+    assert (tmp_path / "data.png").stat().st_size > 1000
+
+
+def test_demand_is_peak_times_mfu_over_flops_per_sequence():
+    from zoo.models import bert
+
+    need = data.demand("TPU v4", 4, 0.5, 128, 20)
+    flops = bert.flops_per_token(bert.config_for_size("base", vocab_size=data.VOCAB_SIZE),
+                                 128, 20)
+    assert need["examples_per_s"] == pytest.approx(4 * 275e12 * 0.5 / (flops * 128))
+    # BERT-base is ~110M parameters: 6N FLOPs/token puts seq-128 demand near 7,800 sequences/s.
+    assert 7000 < need["examples_per_s"] < 8500

@@ -1,0 +1,293 @@
+"""BERT's masked-LM corruption: 15% of the maskable tokens are predicted, of those 80% -> [MASK],
+10% -> a random non-special token, 10% unchanged (google-research/bert's create_pretraining_data.py;
+zoo.data.pipelines.pretraining_examples documents the one deliberate difference, the count).
+
+Two drivers of the same rules:
+  * `mask_tokens` / `mask_example`: one row from a numpy Generator (static masks, made once when
+    a cache is prepared, from the shard's rng);
+  * `mask_batch`: a whole batch from per-row keys (`masking_keys(seed, epoch, index)`) through a
+    counter-based hash (dynamic masks, drawn as batches are built), so a row's mask is a pure
+    function of its key whatever batch, worker or process it falls in.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import numpy as np
+
+from zoo.errors import ConfigError
+
+# Tags the dynamic-masking keys so they never coincide with another use of the same seed.
+_MASK_STREAM = 0x4D4C4D
+
+
+def check_max_predictions(max_predictions_per_seq) -> None:
+    if not isinstance(max_predictions_per_seq, (int, np.integer)) or max_predictions_per_seq < 1:
+        raise ConfigError(
+            f"max_predictions_per_seq={max_predictions_per_seq!r} must be an int >= 1"
+        )
+
+
+class MaskedLM(NamedTuple):
+    """Masked inputs [L] and P-padded targets (positions sorted, weights 1 real / 0 padding)."""
+
+    input_ids: np.ndarray
+    masked_lm_positions: np.ndarray
+    masked_lm_ids: np.ndarray
+    masked_lm_weights: np.ndarray
+
+
+def mask_tokens(
+    ids: np.ndarray,
+    rng: np.random.Generator,
+    masked_lm_prob: float = 0.15,
+    max_predictions_per_seq: int = 20,
+    *,
+    vocab_size: int,
+    special_ids,
+    mask_id: int,
+    word_starts: np.ndarray | None = None,
+    whole_word: bool = False,
+) -> MaskedLM:
+    """BERT's masked-LM corruption of one (possibly padded) sequence.
+
+    min(max_predictions_per_seq, max(1, round(masked_lm_prob * n))) of the n maskable tokens
+    (all but `special_ids`: [CLS], [SEP], padding, ...) are chosen for prediction; each chosen
+    token becomes [MASK] with probability 0.8, a token drawn uniformly from the non-special
+    vocabulary with probability 0.1, and stays unchanged otherwise.
+
+    Args:
+      ids: int token ids [L].
+      rng: numpy Generator.
+      masked_lm_prob: fraction of maskable tokens to predict.
+      max_predictions_per_seq: P, the length the targets are padded to.
+      vocab_size: ids are < vocab_size; random replacements are drawn below it.
+      special_ids: ids never chosen and never drawn as replacements.
+      mask_id: the [MASK] id.
+      word_starts: bool [L], True where a token begins a word (needed for whole_word).
+      whole_word: choose whole words: a word start and the continuation pieces after it are
+        predicted together or not at all. A word that would overshoot the count is skipped,
+        unless nothing else fits: then one word of at most P pieces is taken whole.
+
+    Returns:
+      MaskedLM with int32 input_ids [L], masked_lm_positions [P], masked_lm_ids [P] (the
+      original ids) and float32 masked_lm_weights [P].
+    """
+    check_max_predictions(max_predictions_per_seq)
+    ids = np.asarray(ids, np.int32)
+    specials = sorted({int(s) for s in special_ids})
+    maskable = np.ones(ids.shape, bool)
+    for s in specials:  # a handful of compares beats np.isin's sort on short rows
+        maskable &= ids != s
+    candidates = np.flatnonzero(maskable)
+    n = len(candidates)
+    num_to_predict = min(max_predictions_per_seq, max(1, round(n * masked_lm_prob)))
+    if n == 0:
+        chosen = candidates
+    elif whole_word:
+        if word_starts is None:
+            raise ValueError("mask_tokens(whole_word=True) needs word_starts (bool [L])")
+        bounds = _word_groups(candidates, np.asarray(word_starts, bool))
+        chosen = _take_words(candidates, bounds, rng.permutation(len(bounds) - 1),
+                             num_to_predict, max_predictions_per_seq)
+    else:
+        chosen = np.sort(rng.permutation(candidates)[:num_to_predict])
+    k = len(chosen)
+    u = rng.random(k)
+    replaced = ids.copy()
+    masked = u < 0.8
+    random = u >= 0.9  # [0.8, 0.9) keeps the original token
+    replaced[chosen[masked]] = mask_id
+    replaced[chosen[random]] = _random_non_special(rng, int(random.sum()), vocab_size, specials)
+
+    positions = np.zeros(max_predictions_per_seq, np.int32)
+    labels = np.zeros(max_predictions_per_seq, np.int32)
+    weights = np.zeros(max_predictions_per_seq, np.float32)
+    positions[:k], labels[:k], weights[:k] = chosen, ids[chosen], 1.0
+    return MaskedLM(replaced, positions, labels, weights)
+
+
+def _word_groups(candidates: np.ndarray, word_starts: np.ndarray) -> np.ndarray:
+    """Bounds [G + 1] of the whole-word groups of `candidates` (group g is candidates[b[g]:b[g+1]]).
+
+    A group starts at a word start or wherever the maskable run breaks (after [SEP] etc.), so a
+    continuation piece is never glued to a word across a special token.
+    """
+    starts = word_starts[candidates] | (np.diff(candidates, prepend=-2) != 1)
+    return np.append(np.flatnonzero(starts), len(candidates))
+
+
+def _take_words(candidates, bounds, order, num_to_predict, max_predictions) -> np.ndarray:
+    """Sorted positions of the groups taken in `order` (a permutation of the groups) until the
+    count is reached."""
+    chosen, count, fallback = [], 0, None
+    for g in order:
+        if count >= num_to_predict:
+            break
+        group = candidates[bounds[g]:bounds[g + 1]]
+        if count + len(group) > num_to_predict:
+            # As the reference, skip a word that would overshoot; remember the first one that
+            # fits in P, so a row of long words still gets a target instead of none.
+            if fallback is None and len(group) <= max_predictions:
+                fallback = group
+            continue
+        chosen.append(group)
+        count += len(group)
+    if not chosen:
+        chosen = [] if fallback is None else [fallback]
+    return np.sort(np.concatenate(chosen)) if chosen else candidates[:0]
+
+
+def _random_non_special(rng, k, vocab_size, specials) -> np.ndarray:
+    """k ids uniform over [0, vocab_size) minus the specials, without a vocabulary-size table."""
+    specials = _drawable_check(vocab_size, specials)
+    return _nth_non_special(rng.integers(vocab_size - len(specials), size=k), specials)
+
+
+def _drawable_check(vocab_size, specials) -> list[int]:
+    specials = [s for s in specials if s < vocab_size]
+    if vocab_size - len(specials) < 1:
+        raise ConfigError(f"vocab_size={vocab_size} leaves no non-special token to sample")
+    return specials
+
+
+def _nth_non_special(x: np.ndarray, specials: list[int]) -> np.ndarray:
+    # The x-th non-special id is x + #{specials at or below it}; with the ascending specials s_j
+    # that count is #{j : s_j - j <= x}.
+    return (x + np.searchsorted(np.subtract(specials, np.arange(len(specials))), x,
+                                side="right")).astype(np.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskingSpec:
+    """What masking needs besides an rng, as stored in a cache manifest."""
+
+    masked_lm_prob: float
+    max_predictions_per_seq: int
+    vocab_size: int
+    mask_id: int
+    special_ids: tuple[int, ...]
+    whole_word: bool
+
+
+def mask_example(row: dict[str, np.ndarray], spec: MaskingSpec, word_start_table: np.ndarray,
+                 rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Adds masked-LM features to an unmasked pair row (input_ids replaced by masked ones)."""
+    ids = row["input_ids"]
+    out = mask_tokens(
+        ids, rng, spec.masked_lm_prob, spec.max_predictions_per_seq,
+        vocab_size=spec.vocab_size, special_ids=spec.special_ids, mask_id=spec.mask_id,
+        word_starts=word_start_table[ids] if spec.whole_word else None,
+        whole_word=spec.whole_word,
+    )
+    return {**row, **out._asdict()}
+
+
+# Dynamic masking draws from a counter-based hash instead of a numpy Generator per example:
+# seeding a Generator costs more than masking a row, and a hash of (key, position) lets a whole
+# batch be masked in a few array operations while each row still depends on its own key only.
+_U64 = np.uint64
+_GOLDEN = _U64(0x9E3779B97F4A7C15)  # splitmix64's counter increment (2^64 / golden ratio)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: a bijection of uint64 whose every output bit depends on every
+    input bit (elementwise; multiplications wrap mod 2^64 as intended)."""
+    x = x ^ (x >> _U64(30))
+    x = x * _U64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> _U64(27))
+    x = x * _U64(0x94D049BB133111EB)
+    return x ^ (x >> _U64(31))
+
+
+def masking_keys(seed: int, epoch, indices) -> np.ndarray:
+    """uint64 [B]: the dynamic-masking key of each example index in its epoch (`epoch` an int or
+    [B], as a batch may straddle two epochs), a pure function of (seed, epoch, index)."""
+    with np.errstate(over="ignore"):
+        root = _mix(np.array([(int(seed) ^ _MASK_STREAM) % 2**64], _U64))
+        root = _mix(root + np.asarray(epoch, np.int64).astype(_U64) * _GOLDEN)
+        return _mix(root + np.asarray(indices, np.int64).astype(_U64) * _GOLDEN)
+
+
+def _draws(keys: np.ndarray, positions: np.ndarray, stream: int) -> np.ndarray:
+    """uint64 [B, K]: draw `stream` (0: selection order, 1: replacement) at `positions` [B, K]
+    of each row's key [B]: counter-based, so a draw never depends on another row or position."""
+    with np.errstate(over="ignore"):
+        counter = (positions.astype(_U64) * _U64(2) + _U64(stream + 1)) * _GOLDEN
+        return _mix(keys[:, None] + counter)
+
+
+def mask_batch(input_ids: np.ndarray, keys: np.ndarray, spec: MaskingSpec,
+               word_start_table: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """BERT's masked-LM corruption (as mask_tokens) of every row of a batch, row b drawn from
+    keys[b] alone (masking_keys), so a row's mask does not depend on the batch it is in.
+
+    The count per row is mask_tokens' (min(P, max(1, round(prob * maskable)))); the chosen
+    tokens are those with the smallest selection draws (a uniform subset, as a permutation
+    prefix), or with whole_word the word groups in the order of their first piece's draw; each
+    chosen token becomes [MASK] / a random non-special id / itself with probability .8/.1/.1.
+
+    Args:
+      input_ids: int [B, L] unmasked rows.
+      keys: uint64 [B].
+      spec: the cache's MaskingSpec.
+      word_start_table: bool [vocab_size] (needed for spec.whole_word).
+
+    Returns:
+      int32 input_ids [B, L] (masked), masked_lm_positions [B, P] (sorted, 0-padded),
+      masked_lm_ids [B, P] and float32 masked_lm_weights [B, P].
+    """
+    ids = np.asarray(input_ids, np.int32)
+    keys = np.asarray(keys, _U64)
+    batch, length = ids.shape
+    p = spec.max_predictions_per_seq
+    check_max_predictions(p)
+    specials = sorted({int(s) for s in spec.special_ids})
+    drawable = _drawable_check(spec.vocab_size, specials)
+    maskable = np.ones(ids.shape, bool)
+    for s in specials:
+        maskable &= ids != s
+    n = maskable.sum(axis=1)
+    # np.round halves to even, as Python's round in mask_tokens.
+    num = np.where(n > 0, np.minimum(p, np.maximum(1, np.round(n * spec.masked_lm_prob))), 0)
+    rows = np.arange(batch)[:, None]
+    order = _draws(keys, np.broadcast_to(np.arange(length), ids.shape), 0)
+    if spec.whole_word:
+        if word_start_table is None:
+            raise ValueError("mask_batch with whole_word needs word_start_table")
+        chosen = np.full((batch, p), length, np.int64)  # length = no target (sorts last)
+        for b in range(batch):
+            candidates = np.flatnonzero(maskable[b])
+            if not len(candidates):
+                continue
+            bounds = _word_groups(candidates, word_start_table[ids[b]])
+            firsts = candidates[bounds[:-1]]
+            taken = _take_words(candidates, bounds, np.argsort(order[b, firsts], kind="stable"),
+                                int(num[b]), p)
+            chosen[b, :len(taken)] = taken
+    else:
+        # Non-maskable tokens sort last; the first num[b] columns are the chosen ones.
+        order = np.where(maskable, order, np.iinfo(np.uint64).max)
+        first = np.argsort(order, axis=1, kind="stable")[:, :p]
+        chosen = np.sort(np.where(np.arange(p) < num[:, None], first, length), axis=1)
+    valid = chosen < length
+    positions = np.where(valid, chosen, 0)
+    labels = np.where(valid, ids[rows, positions], 0)
+    # One draw per chosen position: its top 32 bits pick mask / random / keep, its low 32 bits
+    # the random id (multiply-shift onto [0, m), m < 2^32; top and low bits do not overlap).
+    draw = _draws(keys, positions, 1)
+    u = (draw >> _U64(32)).astype(np.float64) * 2.0**-32
+    m = _U64(spec.vocab_size - len(drawable))
+    random_ids = _nth_non_special((((draw & _U64(0xFFFFFFFF)) * m) >> _U64(32)).astype(np.int64),
+                                  drawable)
+    new = np.where(u < 0.8, spec.mask_id, np.where(u < 0.9, labels, random_ids))
+    masked = ids.copy()
+    masked[np.broadcast_to(rows, valid.shape)[valid], positions[valid]] = new[valid]
+    return {
+        "input_ids": masked,
+        "masked_lm_positions": positions.astype(np.int32),
+        "masked_lm_ids": labels.astype(np.int32),
+        "masked_lm_weights": valid.astype(np.float32),
+    }
