@@ -23,9 +23,7 @@ from zoo.errors import ConfigError
 
 def _read(source: PretrainingSource, indices: Sequence[int]) -> dict[str, np.ndarray]:
     """The stored features of rows `indices`, stacked [len(indices), ...]."""
-    # Row by row: PretrainingSource has no batched read (yet); one stack per feature at the end.
-    rows = [source[int(i)] for i in indices]
-    return {k: np.stack([r[k] for r in rows]) for k in rows[0]}
+    return source.read(indices)
 
 
 def _batch(source: PretrainingSource, seed: int, indices, epochs) -> dict[str, np.ndarray]:
