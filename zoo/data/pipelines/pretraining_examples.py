@@ -19,12 +19,13 @@ Deliberate differences from the reference:
     also counts [CLS] and [SEP], which are never masked).
 
 Masking is either static (`dupe_factor` passes over the corpus, each with fresh pairs and masks,
-stored on disk as in the reference) or dynamic (pairs stored unmasked, masks drawn when a batch is
+stored on disk as in the reference; drawn by the batch masker from keys of (seed, shard, pass,
+row)) or dynamic (pairs stored unmasked, masks drawn when a batch is
 built from keys of (seed, epoch, example index), so a restored iterator redraws the same masks
 and every epoch sees new ones); zoo.data.pipelines.masking holds the rules and both drivers.
 
 Everything here makes examples and nothing stores them: `shard_examples` is a pure function of
-the encoded corpus, the Settings and the shard index, so shards can be made in any order or in
+one piece's encoded documents, the Settings and the shard index, so shards can be made in any order or in
 parallel. zoo.data.pipelines.pretraining caches them on disk and reads them back as batches.
 """
 
@@ -35,7 +36,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from zoo.data.pipelines.masking import MaskingSpec, mask_example
+from zoo.data.pipelines.masking import MaskingSpec, mask_batch, masking_keys
 from zoo.data.pipelines.masking import check_max_predictions as _check_max_predictions
 from zoo.errors import ConfigError, DataError
 
@@ -85,8 +86,8 @@ class Settings:
             raise ConfigError(f"masked_lm_prob={self.masked_lm_prob!r} must be in (0, 1]")
         if not 0.0 <= self.short_seq_prob <= 1.0:
             raise ConfigError(f"short_seq_prob={self.short_seq_prob!r} must be in [0, 1]")
-        if not isinstance(self.dupe_factor, int) or self.dupe_factor < 1:
-            raise ConfigError(f"dupe_factor={self.dupe_factor!r} must be a positive int")
+        if not isinstance(self.dupe_factor, int) or not 1 <= self.dupe_factor < 2**16:
+            raise ConfigError(f"dupe_factor={self.dupe_factor!r} must be an int in [1, 65535]")
 
 
 def _check_max_seq_length(max_seq_length) -> None:
@@ -371,13 +372,16 @@ def shard_examples(docs: list[list[np.ndarray]], settings: Settings, shard: int,
                             settings.short_seq_prob, range(len(docs)))
         # Rows go straight into arrays: a list of per-row dicts costs ~10x the memory.
         arrays = {k: np.zeros((len(instances), *shape[dims]), dtype)
-                  for k, (dtype, dims) in names.items()}
+                  for k, (dtype, dims) in PAIR_FEATURES.items()}
         for i, inst in enumerate(instances):
             row = pair_features(inst, settings.max_seq_length, tokenizer.cls_id,
                                 tokenizer.sep_id, tokenizer.pad_id)
-            if not settings.dynamic_masking:
-                row = mask_example(row, spec, word_starts, rng)
-            for k in names:
+            for k in PAIR_FEATURES:
                 arrays[k][i] = row[k]
-        passes.append(arrays)
+        if not settings.dynamic_masking:
+            # Static masks the way dynamic ones are drawn (a batch at a time, row r from a key
+            # of its own), keyed by (seed, shard, pass, r) instead of (seed, epoch, index).
+            keys = masking_keys(settings.seed, (shard << 16) | dupe, np.arange(len(instances)))
+            arrays.update(mask_batch(arrays["input_ids"], keys, spec, word_starts))
+        passes.append({k: arrays[k].astype(names[k][0], copy=False) for k in names})
     return {k: np.concatenate([p[k] for p in passes]) for k in names}
