@@ -21,8 +21,10 @@ reported against) x --mfu / (zoo.models.bert.flops_per_token(BERT-base) x seq_le
 per second the model eats. ratio = supply / demand; per_cpu = supply / os.cpu_count(), and
 per_cpu x --host-cpus (a TPU v4 VM host has 240) projects one host's supply.
 
-STAGES maps a stage name to a function (args, progress) -> records; a stage of its own (e.g.
-data preparation MB/s) is one more entry.
+Preparation (stage 'prepare', benchmarks.data_prepare): MB of text per second turned into
+pretraining shards by 1..N worker processes, and peak memory at 1x and 8x the corpus.
+
+STAGES maps a stage name to a function (args, progress) -> records.
 
 Outputs in benchmarks.machine.results_dir(--out): data.jsonl (every measurement), data.md
 (table), data.png (examples/s vs workers with the demand lines).
@@ -37,7 +39,7 @@ import time
 import types
 from collections.abc import Callable
 
-from benchmarks import machine
+from benchmarks import data_prepare, machine
 
 VOCAB_SIZE = 30522  # BERT's uncased WordPiece vocabulary
 # vCPUs of one TPU VM host (v4: 240), what the per-CPU rate is projected onto.
@@ -162,6 +164,7 @@ STAGES: dict[str, Callable] = {
     "pretraining_static": _pretraining(dynamic=False),
     "pretraining_dynamic": _pretraining(dynamic=True),
     "squad": _squad,
+    "prepare": data_prepare.stage,  # MB/s of preparation and its memory (not examples/s)
 }
 
 
@@ -182,11 +185,14 @@ def _table(records: list[dict], need: dict, args) -> str:
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in records:
+        if r["stage"] == "prepare":
+            continue
         lines.append(
             f"| {r['stage']} | {r['workers']} | {r['examples_per_s']:,.0f} | "
             f"{r['ratio']:.2f} | {r['per_cpu']:,.0f} | {r['projected_host']:,.0f} | "
             f"{r['first_batch_s']:.2f} |")
-    return "\n".join(lines) + "\n"
+    prepared = [r for r in records if r["stage"] == "prepare"]
+    return "\n".join(lines) + "\n" + (data_prepare.table(prepared) if prepared else "")
 
 
 def _plot(records: list[dict], need: dict, path: str) -> None:
@@ -196,7 +202,7 @@ def _plot(records: list[dict], need: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for stage in dict.fromkeys(r["stage"] for r in records):
+    for stage in dict.fromkeys(r["stage"] for r in records if r["stage"] != "prepare"):
         rs = [r for r in records if r["stage"] == stage]
         ax.plot([r["workers"] for r in rs], [r["examples_per_s"] for r in rs], "o-",
                 label=stage)
@@ -241,6 +247,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.batch_size = min(args.batch_size, 32)
     # Corpus size: ~0.8 documents per entity; static masks need dupe_factor passes on disk.
     args.entities, args.dupe_factor = (150, 1) if args.quick else (2000, 5)
+    # Preparation: a corpus of ~0.25 MB (quick) or ~3.8 MB (1x; 8x ~30 MB), shards of shard_mb.
+    args.prepare_entities, args.shard_mb = (1000, 0.1) if args.quick else (20000, 4.0)
     args.host_cpus = args.host_cpus or HOST_CPUS.get(args.accelerator, os.cpu_count())
     return args
 
@@ -254,6 +262,11 @@ def main(argv=None) -> list[dict]:
     cpus = os.cpu_count()
 
     def progress(rec: dict) -> None:
+        if rec["stage"] == "prepare":
+            print(f"prepare {rec['corpus']} ({rec['corpus_mb']:.1f} MB) workers={rec['workers']:<2}"
+                  f" {rec['mb_per_s']:.3f} MB/s  {rec['seconds']:.1f} s  peak RSS "
+                  f"{rec['rss_mb']:.0f} MB", flush=True)
+            return
         rec.update(ratio=rec["examples_per_s"] / need["examples_per_s"],
                    per_cpu=rec["examples_per_s"] / cpus)
         rec["projected_host"] = rec["per_cpu"] * args.host_cpus

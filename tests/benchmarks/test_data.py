@@ -48,3 +48,24 @@ def test_demand_is_peak_times_mfu_over_flops_per_sequence():
     assert need["examples_per_s"] == pytest.approx(4 * 275e12 * 0.5 / (flops * 128))
     # BERT-base is ~110M parameters: 6N FLOPs/token puts seq-128 demand near 7,800 sequences/s.
     assert 7000 < need["examples_per_s"] < 8500
+
+
+def test_prepare_stage_reports_mb_per_s_and_memory_at_1x_and_8x(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.data", "--quick", "--out", str(tmp_path),
+         "--stages", "prepare", "--workers", "1"],
+        capture_output=True, text=True, timeout=120,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(x) for x in (tmp_path / "data.jsonl").read_text().splitlines()][1:]
+    assert [(r["corpus"], r["workers"]) for r in records] == [("8x", 1), ("1x", 1)]
+    eight, one = records
+    assert eight["corpus_mb"] == pytest.approx(8 * one["corpus_mb"], rel=0.01)
+    for r in records:
+        assert r["mb_per_s"] == pytest.approx(r["corpus_mb"] / r["seconds"])
+        assert r["rss_mb"] > 10 and r["examples"] > 0
+    # 8x the text gives ~8x the examples: every piece was prepared.
+    assert 7 < eight["examples"] / one["examples"] < 9
+    table = (tmp_path / "data.md").read_text()
+    assert f"Peak memory at 8x the corpus / at 1x (1 worker): " \
+           f"{eight['rss_mb'] / one['rss_mb']:.2f}" in table
