@@ -16,6 +16,14 @@ so what a killed client wrote before it died is still there for the resumed one.
                                    bucket is hierarchical; the emulator has no such API, so every
                                    bucket would log a warning and fall back to the plain
                                    filesystem anyway. Read when gcsfs is imported.
+
+One gap of the emulator is filled here (`_serve`): real GCS answers every object download with
+x-goog-generation / x-goog-metageneration headers, and gcp-storage-emulator 2026.7.19 sends
+neither. tensorstore takes the object's generation from that header; without it every read
+looks like generation 0, and its next conditional write ("replace the version I read": how
+OCDBT updates the manifest of an orbax checkpoint) fails with "Malformed StorageGeneration".
+The emulator also ignores ifGenerationMatch preconditions, so what it proves is single-writer
+behaviour, not GCS's protection against concurrent writers.
 """
 
 import json
@@ -43,7 +51,7 @@ class GcsServer:
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self._log = open(os.path.join(data_dir, "server.log"), "w")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "gcp_storage_emulator", "-d", os.path.join(data_dir, "root"),
+            [sys.executable, os.path.abspath(__file__), "-d", os.path.join(data_dir, "root"),
              "start", "--host", "127.0.0.1", "--port", str(self.port), "--quiet"],
             stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.time() + 60
@@ -85,3 +93,28 @@ class GcsServer:
                 self._proc.kill()
                 self._proc.wait()
         self._log.close()
+
+
+def _serve(argv: list[str]) -> None:
+    """The emulator's own command line, with downloads that carry the generation headers."""
+    from gcp_storage_emulator.handlers import objects
+
+    download = objects.download
+
+    def download_with_generation(request, response, storage, *args, **kwargs):
+        download(request, response, storage, *args, **kwargs)
+        if response.status.value < 300:
+            obj = storage.get_file_obj(request.params["bucket_name"],
+                                       request.params["object_id"])
+            response["x-goog-generation"] = str(obj["generation"])
+            response["x-goog-metageneration"] = str(obj["metageneration"])
+
+    # Before the server module is imported: its routing table holds the function itself.
+    objects.download = download_with_generation
+    from gcp_storage_emulator.__main__ import main
+
+    main(argv)
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1:])

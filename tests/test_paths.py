@@ -65,6 +65,20 @@ def test_orbax_and_tensorstore_save_and_restore_in_the_bucket(gcs_bucket):
     manager.close()
 
 
+def test_tensorstore_sees_object_generations_so_its_conditional_writes_work(gcs_bucket):
+    # What OCDBT (orbax's array store) does to update a checkpoint's manifest: read an object,
+    # then replace it only if it is still the version read. Needs the x-goog-generation header
+    # the test server adds (tests/gcs_server.py).
+    import tensorstore as ts
+
+    store = ts.KvStore.open(f"{gcs_bucket}/kv/").result()
+    store.write("manifest", b"v1").result()
+    read = store.read("manifest").result()
+    assert read.stamp.generation != b"\0" * len(read.stamp.generation)
+    store.write("manifest", b"v2", if_equal=read.stamp.generation).result()
+    assert store.read("manifest").result().value == b"v2"
+
+
 def test_a_missing_bucket_is_one_error_naming_the_key(gcs):
     paths.check_remote(f"gs://{gcs.bucket()}/run", "--workdir")  # an existing one passes
     with pytest.raises(errors.MissingFileError, match=r"--workdir=gs://no-such-bucket/run: "
@@ -79,3 +93,13 @@ def test_an_unreachable_server_is_one_error_in_seconds(gcs, monkeypatch):
     with pytest.raises(errors.UserError, match=r"config.data.cache_dir=gs://b/x: cannot connect "
                                                r"to 127.0.0.1:\d+ .*emulator running"):
         paths.check_remote("gs://b/x", "config.data.cache_dir")
+
+
+def test_move_tree_moves_every_object_of_a_directory_in_a_bucket(gcs_bucket):
+    src = paths.as_path(f"{gcs_bucket}/checkpoints/7")
+    for name, data in {"a": b"1", "state/b": b"22", "state/deep/c": b"333"}.items():
+        paths.write_atomic(src / name, data)
+    paths.move_tree(src, f"{gcs_bucket}/checkpoints_corrupt/7")
+    moved = paths.as_path(f"{gcs_bucket}/checkpoints_corrupt/7")
+    assert (moved / "state/deep/c").read_bytes() == b"333" and (moved / "a").read_bytes() == b"1"
+    assert not src.exists()

@@ -93,6 +93,25 @@ def local_copy(path: PathLike) -> Iterator[str]:
         yield local
 
 
+def move_tree(src: PathLike, dst: PathLike) -> None:
+    """Moves the directory `src` to `dst` (which must not exist; both local or both in GCS):
+    one atomic rename locally; on
+    GCS, which has no directories and no rename, each object is copied, then `src` deleted (a
+    process killed between the two leaves both, never neither)."""
+    src, dst = as_path(src), as_path(dst)
+    if not is_remote(src):
+        os.replace(os.fspath(src), os.fspath(dst))
+        return
+    # fsspec's find lists every object below a prefix in one request (epath's walk and rglob
+    # give paths without their gs:// or refuse `**`); its names carry no scheme.
+    root = os.fspath(src).split("://", 1)[1].rstrip("/")
+    for name in fsspec.filesystem("gs").find(root):
+        target = dst / name[len(root):].lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(as_path("gs://" + name).read_bytes())
+    src.rmtree()
+
+
 def bucket_of(path: PathLike) -> str:
     """The bucket of a gs:// path ('gs://b/x/y' -> 'b')."""
     return os.fspath(path).split("://", 1)[1].split("/", 1)[0]
