@@ -9,6 +9,9 @@ so what a killed client wrote before it died is still there for the resumed one.
 `gcs` fixture (tests/conftest.py) and passed on to the processes they start:
   STORAGE_EMULATOR_HOST            gcsfs (so etils.epath) and google-cloud-storage (tensorboardX)
   TENSORSTORE_GCS_HTTP_URL         tensorstore's gcs driver (so orbax's arrays)
+  CLOUD_STORAGE_EMULATOR_ENDPOINT  google-cloud-cpp's storage client inside array_record (so
+                                   TFDS array_record files in a bucket); without it the reader
+                                   tries storage.googleapis.com and hangs offline
   GOOGLE_AUTH_TOKEN_FOR_TESTING    tensorstore sends this token instead of looking for Google
                                    credentials (none exist here; the emulator checks none)
   GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false
@@ -70,6 +73,7 @@ class GcsServer:
     def env(self) -> dict[str, str]:
         return {"STORAGE_EMULATOR_HOST": self.endpoint,
                 "TENSORSTORE_GCS_HTTP_URL": self.endpoint,
+                "CLOUD_STORAGE_EMULATOR_ENDPOINT": self.endpoint,
                 "GOOGLE_AUTH_TOKEN_FOR_TESTING": "emulator",
                 "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
 
