@@ -71,6 +71,7 @@ def write_atomic(path: PathLike, data: bytes | str) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
+        os.chmod(tmp, 0o644)  # mkstemp makes the file owner-only; results are for sharing
         os.replace(tmp, os.fspath(path))
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -90,6 +91,25 @@ def local_copy(path: PathLike) -> Iterator[str]:
         local = os.path.join(tmp, path.name)
         with path.open("rb") as src, open(local, "wb") as dst:
             shutil.copyfileobj(src, dst)
+        yield local
+
+
+@contextlib.contextmanager
+def local_tree(path: PathLike) -> Iterator[str]:
+    """A local directory holding `path`'s files: the directory itself when local, else a
+    temporary download of every object under it (for readers built on local files: a
+    Hugging Face or google-research checkpoint read by zoo.hf)."""
+    if not is_remote(path):
+        yield os.fspath(as_path(path))
+        return
+    with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
+        local = os.path.join(tmp, as_path(path).name)
+        root = os.fspath(path).split("://", 1)[1].rstrip("/")
+        for name in fsspec.filesystem("gs").find(root):
+            target = os.path.join(local, name[len(root):].lstrip("/"))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "wb") as f:
+                f.write(as_path("gs://" + name).read_bytes())
         yield local
 
 

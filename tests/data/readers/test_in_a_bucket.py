@@ -3,7 +3,6 @@
 BERT-format text, WordPiece vocabularies and cached SentencePiece models."""
 
 import json
-import os
 
 import fsspec
 import pytest
