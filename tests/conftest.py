@@ -122,3 +122,29 @@ def tiny_pretrained_bert(tmp_path_factory):
     jobs.train(config, str(root / "pretrain"), devices=jax.devices()[:1])  # not about sharding
     return root
 
+
+
+@pytest.fixture(scope="session")
+def gcs(tmp_path_factory):
+    """A GCS-API server on 127.0.0.1 (tests/gcs_server.py) for this worker's session, with the
+    environment that points gcsfs / epath, tensorstore / orbax and google-cloud-storage at it
+    set here and handed on to the processes tests start (they copy os.environ). `gcs.bucket()`
+    makes a fresh bucket."""
+    from tests.gcs_server import GcsServer
+
+    server = GcsServer(str(tmp_path_factory.mktemp("gcs")))
+    saved = {k: os.environ.get(k) for k in server.env()}
+    os.environ.update(server.env())
+    yield server
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    server.stop()
+
+
+@pytest.fixture
+def gcs_bucket(gcs):
+    """`gs://<a new, empty bucket>` on the session's server."""
+    return f"gs://{gcs.bucket()}"

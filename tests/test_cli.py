@@ -160,9 +160,12 @@ _RAISE = ("import sys; sys.path.insert(0, {repo!r}); from zoo import errors\n"
 
 
 @pytest.fixture(scope="module")
-def commands(tmp_path_factory):
+def commands(tmp_path_factory, gcs):
     """Every command at once (each spends seconds importing): name -> (returncode, stderr,
-    the workdir it was given)."""
+    the workdir it was given). The gs:// cases talk to the `gcs` test server, or (no_server)
+    to a port where nothing listens."""
+    from tests.gcs_server import free_port
+
     root = tmp_path_factory.mktemp("commands")
     squad = _squad_file_with_answers_elsewhere(root / "squad.json")
     (root / "empty").mkdir()
@@ -182,13 +185,17 @@ def commands(tmp_path_factory):
         "user_error": ["-c", _RAISE.format(
             repo=REPO, statement="raise errors.ConfigError('config.x must be 1')")],
         "internal_error": ["-c", _RAISE.format(repo=REPO, statement="1 / 0")],
+        "gs_workdir_no_bucket": ["train.py", gpt, "--workdir=gs://no-such-bucket/run"],
+        "gs_workdir_no_server": ["eval.py", gpt, f"--workdir=gs://{gcs.bucket()}/run"],
     }
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1",
                JAX_PLATFORMS="cpu")
     env.pop("ZOO_DEBUG", None)
     started = {name: subprocess.Popen(
         [sys.executable, *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        text=True, env=dict(env, ZOO_DEBUG="1") if name.endswith("_debug") else env)
+        text=True, env=dict(env, ZOO_DEBUG="1") if name.endswith("_debug") else
+        dict(env, STORAGE_EMULATOR_HOST=f"http://127.0.0.1:{free_port()}")
+        if name.endswith("_no_server") else env)
         for name, args in cases.items()}
     results = {name: (proc.communicate(timeout=300)[1], proc.returncode)
                for name, proc in started.items()}
@@ -206,6 +213,12 @@ def commands(tmp_path_factory):
     ("attention_maps_bad_flag",
      r"^zoo\.commands\.attention_maps: Unknown command line flag 'layer'"),
     ("user_error", r"^error: config\.x must be 1$"),
+    ("gs_workdir_no_bucket",
+     r"^error: --workdir=gs://no-such-bucket/run: bucket no-such-bucket does not exist at "
+     r"http://127\.0\.0\.1:\d+ .*; create it \(`gcloud storage buckets create"),
+    ("gs_workdir_no_server",
+     r"^error: --workdir=gs://zoo-\w+/run: cannot connect to 127\.0\.0\.1:\d+ for Google "
+     r"Cloud Storage \(.*\); is the emulator running\? \(STORAGE_EMULATOR_HOST is set\)$"),
 ])
 def test_a_user_error_is_one_message_on_the_command_line(commands, case, message):
     returncode, stderr, _ = commands[case]

@@ -378,3 +378,21 @@ def test_save_errors(qa_export, tmp_path):
     with pytest.raises(ValueError, match=r"byte-level BPE"):
         hf.save_pretrained(tmp_path / "c", gpt_config, {}, tokenizer)
     assert list(tmp_path.iterdir()) == []  # nothing is created for a refused save
+
+
+def test_a_checkpoint_directory_in_a_bucket_loads_like_the_local_one(qa_export, gcs_bucket,
+                                                                     tmp_path):
+    import fsspec
+
+    config, params, tokenizer = qa_export
+    local = tmp_path / "qa"
+    hf.save_pretrained(local, config, params, tokenizer)
+    fsspec.filesystem("gs").put(str(local), f"{gcs_bucket}/qa".removeprefix("gs://"),
+                                recursive=True)
+    _, from_bucket, config_b, tokenizer_b = hf.load_pretrained(f"{gcs_bucket}/qa")
+    assert config_b == config and tokenizer_b.vocab_size == tokenizer.vocab_size
+    assert jax.tree.structure(from_bucket) == jax.tree.structure(params)
+    for x, y in zip(jax.tree.leaves(from_bucket), jax.tree.leaves(params), strict=True):
+        np.testing.assert_array_equal(x, y)
+    with pytest.raises(FileNotFoundError, match=r"gs://.*/nothing is not a directory"):
+        hf.load_pretrained(f"{gcs_bucket}/nothing")

@@ -48,6 +48,7 @@ import flax.linen as nn
 import numpy as np
 from safetensors import numpy as safetensors_numpy
 
+from zoo import paths
 from zoo.convert import bert as bert_convert
 from zoo.convert import gpt2 as gpt2_convert
 from zoo.convert import tf_checkpoint
@@ -117,6 +118,14 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any
         the config (the message names the file), or several TF checkpoints in one directory.
       ImportError: torch is not installed and the weights are a pytorch_model.bin.
     """
+    if paths.is_remote(path):
+        # Every reader below opens local files (safetensors, torch, the TF bundle reader):
+        # fetch the directory once. Everything returned is in memory, so the copy can go.
+        if not paths.as_path(path).is_dir():
+            raise MissingFileError(f"load_pretrained: {path} is not a directory (no objects "
+                                   "under it); give a Hugging Face checkpoint directory")
+        with paths.local_tree(path) as local:
+            return load_pretrained(local, **overrides)
     root = Path(path)
     if not root.is_dir():
         raise MissingFileError(

@@ -10,6 +10,8 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from zoo import paths
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -43,12 +45,13 @@ def run(workdir, steps: int, every: int, script=None, check=True):
 
 
 def logged_steps(workdir) -> list[dict]:
-    """metrics.jsonl's complete lines (a killed process may leave half of one)."""
-    path = os.path.join(workdir, "metrics.jsonl")
-    if not os.path.exists(path):
+    """metrics.jsonl's complete lines (a killed process may leave half of one); the workdir
+    may be gs://..."""
+    path = paths.as_path(workdir) / "metrics.jsonl"
+    if not path.exists():
         return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.endswith("\n")]
+    return [json.loads(line) for line in path.read_text().splitlines(keepends=True)
+            if line.endswith("\n")]
 
 
 def losses_by_step(workdir) -> dict[int, float]:
@@ -57,7 +60,7 @@ def losses_by_step(workdir) -> dict[int, float]:
 
 
 def saved_state(workdir, step: int):
-    manager = ocp.CheckpointManager(os.path.join(workdir, "checkpoints"))
+    manager = ocp.CheckpointManager(paths.as_path(workdir) / "checkpoints")
     restored = manager.restore(step, args=ocp.args.Composite(state=ocp.args.StandardRestore()))
     manager.close()
     return restored["state"]

@@ -56,7 +56,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from zoo import decoding, errors
+from zoo import decoding, errors, paths
 from zoo.commands.attention_plot import draw
 from zoo.errors import ConfigError, MissingFileError
 from zoo.models import bert, gpt, gpt_classifier, seq2seq, transformer
@@ -494,11 +494,12 @@ def _from_workdir(config, workdir: str) -> tuple[nn.Module, Any, Any]:
     from zoo.train.checkpoint import Checkpointer
 
     # Checked before building anything: build() and Checkpointer create directories.
-    if not os.path.isdir(workdir):
+    paths.check_remote(workdir, "--workdir")
+    if not paths.as_path(workdir).is_dir():
         raise MissingFileError(f"--workdir={workdir} does not exist; give the workdir of a "
                                "trained run")
-    directory = os.path.join(workdir, "checkpoints")
-    checkpointer = Checkpointer(workdir) if os.path.isdir(directory) else None
+    directory = paths.join(workdir, "checkpoints")
+    checkpointer = Checkpointer(workdir) if paths.as_path(directory).is_dir() else None
     if checkpointer is None or checkpointer.latest_step() is None:
         raise MissingFileError(
             f"--workdir={workdir} holds no checkpoint ({directory}); train first with "

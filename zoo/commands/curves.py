@@ -1,12 +1,13 @@
 """Training curves as a PNG, drawn from runs' metrics.jsonl (the record every run writes)."""
 
+import io
 import json
 import math
-import os
 import warnings
 
 import matplotlib
 
+from zoo import paths
 from zoo.errors import MissingFileError
 
 matplotlib.use("Agg")  # files only: no display on servers and CI
@@ -19,11 +20,11 @@ _METRICS = ("perplexity", "mlm_accuracy", "nsp_accuracy", "exact", "f1", "accura
 
 def read_metrics(workdir: str) -> list[dict]:
     """The records of <workdir>/metrics.jsonl; a resumed run's repeated steps keep the last."""
-    path = os.path.join(workdir, "metrics.jsonl")
-    if not os.path.exists(path):
+    path = paths.join(workdir, "metrics.jsonl")
+    if not paths.as_path(path).exists():
         raise MissingFileError(f"{path} does not exist: train the run first")
     latest: dict[tuple[str, int], dict] = {}
-    with open(path, encoding="utf-8") as f:
+    with paths.as_path(path).open(encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -68,7 +69,8 @@ def plot_training_curves(runs: list[tuple[str, str]], path: str) -> list[str]:
             ax.legend(fontsize=7)
             titles.append(f"{label}: {name}")
     figure.tight_layout()
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    figure.savefig(path, dpi=100)
+    png = io.BytesIO()  # matplotlib writes local files only; this also serves gs://
+    figure.savefig(png, format="png", dpi=100)
+    paths.write_atomic(path, png.getvalue())
     plt.close(figure)
     return titles

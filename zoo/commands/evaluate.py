@@ -1,12 +1,12 @@
 """Evaluation of a trained workdir: restore the latest checkpoint, run the task's eval split."""
 
 import json
-import os
 
 import flax.linen as nn
 import jax
 import ml_collections
 
+from zoo import paths
 from zoo.errors import ConfigError, MissingFileError
 from zoo.train import checkpoint, loop
 
@@ -15,13 +15,15 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: loop.Task
         devices=None) -> dict[str, float]:
     """Evaluates the latest checkpoint in `workdir` of the task task_factory(config, workdir)
     makes, on a mesh over `devices` (default all); writes <workdir>/eval.json."""
-    if os.path.exists(workdir) and not os.path.isdir(workdir):
+    paths.check_remote(workdir, "--workdir")
+    directory = paths.as_path(workdir)
+    if directory.exists() and not directory.is_dir():
         raise ConfigError(f"--workdir={workdir} is a file, not a directory; give the workdir of "
                           "a trained run")
     checkpointer = checkpoint.existing(workdir)  # an empty or mistyped workdir stays untouched
     if checkpointer is None:
         raise MissingFileError(
-            f"no checkpoint under {os.path.join(os.path.abspath(workdir), 'checkpoints')}; "
+            f"no checkpoint under {paths.join(workdir, 'checkpoints')}; "
             f"train first with `python train.py --config=... --workdir={workdir}`"
         )
     setup = loop.build(config, workdir, task_factory, devices)
@@ -34,8 +36,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: loop.Task
                                 loop.make_predict_step(setup))
     result = {"step": int(state.step), **summary, **setup.task.baselines()}
     if jax.process_index() == 0:
-        with open(os.path.join(workdir, "eval.json"), "w") as f:
-            json.dump(result, f, indent=2)
+        paths.write_atomic(paths.join(workdir, "eval.json"), json.dumps(result, indent=2))
         print(" | ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
                          for k, v in result.items()), flush=True)
     with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):

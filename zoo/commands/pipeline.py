@@ -8,11 +8,11 @@ training curves and <workdir>/summary.json holds every stage's final eval.
 """
 
 import json
-import os
 
 import jax
 import ml_collections
 
+from zoo import paths
 from zoo.commands import curves, jobs
 from zoo.errors import ConfigError
 from zoo.train.checkpoint import Checkpointer
@@ -33,9 +33,9 @@ def _stage_configs(config: ml_collections.ConfigDict, workdir: str
                               f"config.{name} block; stages must be among {sorted(config.keys())}")
         stage = ml_collections.ConfigDict(config[name].to_dict())
         if not stage.data.get("cache_dir", ""):
-            stage.data.cache_dir = os.path.join(workdir, "data")
+            stage.data.cache_dir = paths.join(workdir, "data")
         if previous is not None and not stage.train.init_from:
-            stage.train.init_from = os.path.join(workdir, previous)
+            stage.train.init_from = paths.join(workdir, previous)
         stages.append((name, stage))
         previous = name
     return stages
@@ -46,18 +46,18 @@ def train(config: ml_collections.ConfigDict, workdir: str) -> dict[str, dict[str
     stages = _stage_configs(config, workdir)
     results = {}
     for i, (name, stage) in enumerate(stages, 1):
-        _banner(f"stage {i}/{len(stages)}: {name} ({stage.task}) in {os.path.join(workdir, name)}")
-        stage_dir = os.path.join(workdir, name)
+        _banner(f"stage {i}/{len(stages)}: {name} ({stage.task}) in {paths.join(workdir, name)}")
+        stage_dir = paths.join(workdir, name)
         results[name] = jobs.train(stage, stage_dir)
         if _last_step(stage_dir) != stage.train.steps:
             # Preempted (SIGTERM): the next stage must not start from unfinished params.
             _banner(f"stage {name} stopped before step {stage.train.steps}; rerun the same "
                     "command to resume")
             return results
-        summary_path = os.path.join(stage_dir, "summary.json")
-        if jax.process_index() == 0 and os.path.exists(summary_path):
-            with open(summary_path) as f:  # the final eval plus the task's baselines
-                results[name] = json.load(f)
+        summary_path = paths.as_path(stage_dir) / "summary.json"
+        if jax.process_index() == 0 and summary_path.exists():
+            # the final eval plus the task's baselines
+            results[name] = json.loads(summary_path.read_text())
     _finish(workdir, stages, results)
     return results
 
@@ -75,7 +75,7 @@ def evaluate_all(config: ml_collections.ConfigDict, workdir: str) -> dict[str, d
     results = {}
     for name, stage in _stage_configs(config, workdir):
         _banner(f"evaluating {name} ({stage.task})")
-        results[name] = jobs.evaluate(stage, os.path.join(workdir, name))
+        results[name] = jobs.evaluate(stage, paths.join(workdir, name))
     return results
 
 
@@ -87,10 +87,9 @@ def _banner(text: str) -> None:
 def _finish(workdir: str, stages, results) -> None:
     if jax.process_index() != 0:
         return
-    with open(os.path.join(workdir, "summary.json"), "w") as f:
-        json.dump(results, f, indent=2)
-    path = os.path.join(workdir, "curves.png")
-    curves.plot_training_curves([(name, os.path.join(workdir, name)) for name, _ in stages],
+    paths.write_atomic(paths.join(workdir, "summary.json"), json.dumps(results, indent=2))
+    path = paths.join(workdir, "curves.png")
+    curves.plot_training_curves([(name, paths.join(workdir, name)) for name, _ in stages],
                                 path)
     _banner("done")
     for name, summary in results.items():

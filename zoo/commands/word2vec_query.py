@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from zoo import errors
+from zoo import errors, paths
 from zoo.data.readers.word2vec import Vocabulary
 from zoo.errors import ConfigError, DataError, MissingFileError
 from zoo.models.word2vec import cosine_neighbours
@@ -118,8 +118,9 @@ def load_vectors(config, workdir: str) -> tuple[Vocabulary, np.ndarray]:
     from zoo.train.checkpoint import Checkpointer
 
     # Checked before building anything: build() and Checkpointer create directories.
-    directory = os.path.join(workdir, "checkpoints")
-    if not os.path.isdir(directory):
+    paths.check_remote(workdir, "--workdir")
+    directory = paths.join(workdir, "checkpoints")
+    if not paths.as_path(directory).is_dir():
         raise MissingFileError(
             f"--workdir={workdir} holds no checkpoint ({directory}); train first with "
             f"`python train.py --config=configs/word2vec.py --workdir={workdir}`")

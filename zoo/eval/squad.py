@@ -38,13 +38,13 @@ import math
 import os
 import re
 import string
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from absl import logging
 
+from zoo import paths
 from zoo.errors import ConfigError, DataError, MissingFileError
 
 _PUNCTUATION = frozenset(string.punctuation)
@@ -159,7 +159,7 @@ def load_dataset(dataset: str | os.PathLike | Mapping | Sequence[Mapping]) -> li
     """The "data" list (articles with paragraphs and qas) from a path, a JSON object or itself."""
     if isinstance(dataset, (str, os.PathLike)):
         try:
-            with open(dataset, encoding="utf-8") as f:
+            with paths.as_path(dataset).open(encoding="utf-8") as f:
                 dataset = json.load(f)
         except FileNotFoundError:
             raise MissingFileError(f"dataset: SQuAD file {dataset} does not exist") from None
@@ -491,26 +491,14 @@ def write_predictions(
     Returns:
       file kind ("predictions", "nbest", "null_odds") -> the path written.
     """
-    os.makedirs(output_dir, exist_ok=True)
     contents = {"predictions": ("predictions.json", predictions),
                 "nbest": ("nbest_predictions.json", nbest),
                 "null_odds": ("null_odds.json", null_odds)}
-    paths = {}
+    written = {}
     for kind, (name, obj) in contents.items():
         if obj is None or (kind == "null_odds" and not obj):
             continue
-        paths[kind] = os.path.join(output_dir, name)
-        _write_json_atomic(paths[kind], obj)
-    return paths
-
-
-def _write_json_atomic(path: str, obj: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=os.path.basename(path) + ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(obj, indent=4) + "\n")
-        os.chmod(tmp, 0o644)  # mkstemp makes the file owner-only; results are for sharing
-        os.replace(tmp, path)  # readers see the old file or the whole new one, never a part
-    except BaseException:
-        os.unlink(tmp)
-        raise
+        written[kind] = paths.join(output_dir, name)
+        # readers see the old file or the whole new one, never a part (local or gs://)
+        paths.write_atomic(written[kind], json.dumps(obj, indent=4) + "\n")
+    return written

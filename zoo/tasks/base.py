@@ -2,6 +2,7 @@
 
 import abc
 import os
+import tempfile
 from collections.abc import Callable, Iterable, Iterator
 
 import flax.linen as nn
@@ -9,6 +10,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from zoo import paths
 from zoo.data.pipelines import batching
 
 Batch = dict[str, np.ndarray]
@@ -18,7 +20,16 @@ def write_once(path: str, write: Callable[[str], None]) -> str:
     """Returns `path`, first calling write(tmp) and renaming tmp to it if it does not exist yet:
     a prepared data file (e.g. a synthetic split) is made once per cache, and an interrupted
     write leaves no partial file that a later run would trust. `tmp` keeps the extension, for
-    writers that choose the format by it."""
+    writers that choose the format by it. In a bucket, `write` still gets a local file, and
+    the finished file is uploaded as one object (which appears whole or not at all)."""
+    if paths.is_remote(path):
+        if not paths.as_path(path).exists():
+            with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
+                local = os.path.join(tmp, paths.as_path(path).name)
+                write(local)
+                with open(local, "rb") as f:
+                    paths.write_atomic(path, f.read())
+        return path
     if not os.path.exists(path):
         os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
         root, ext = os.path.splitext(path)
@@ -32,7 +43,10 @@ def data_cache_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
     """Where prepared data and trained tokenizers are cached: config.data.cache_dir (shared
     between runs, e.g. two pretraining phases and a fine-tuning run), else <workdir>/data."""
     cache_dir = config.data.get("cache_dir", "")
-    return os.path.expanduser(cache_dir) if cache_dir else os.path.join(workdir, "data")
+    if cache_dir:
+        paths.check_remote(cache_dir, "config.data.cache_dir")
+        return paths.join(cache_dir)
+    return paths.join(workdir, "data")
 
 
 class Task(abc.ABC):

@@ -6,10 +6,10 @@ architecture and vocabulary it was trained with.
 """
 
 import json
-import os
 
 import ml_collections
 
+from zoo import paths
 from zoo.convert import bert as bert_convert
 from zoo.data.tokenizers import base as tokenizers
 from zoo.errors import ConfigError, DataError, MissingFileError
@@ -25,10 +25,14 @@ def pretrained_directory(config: ml_collections.ConfigDict) -> str | None:
     """config.train.init_from when it is a pretrained checkpoint directory (not a zoo workdir);
     an error naming it when its config.json is another model family's."""
     path = config.train.get("init_from", "")
-    if not path or not any(os.path.isfile(os.path.join(path, f)) for f in PRETRAINED_CONFIG_FILES):
+    if not path:
         return None
-    name = next(f for f in PRETRAINED_CONFIG_FILES if os.path.isfile(os.path.join(path, f)))
-    model_type = read_pretrained_config(os.path.join(path, name)).get("model_type", "bert")
+    paths.check_remote(path, "config.train.init_from")
+    found = [f for f in PRETRAINED_CONFIG_FILES if (paths.as_path(path) / f).is_file()]
+    if not found:
+        return None
+    name = found[0]
+    model_type = read_pretrained_config(paths.join(path, name)).get("model_type", "bert")
     if model_type != "bert":
         raise ConfigError(
             f"config.train.init_from={path!r} is not a checkpoint of this model: its "
@@ -42,7 +46,7 @@ def read_pretrained_config(path: str) -> dict:
     """A checkpoint's config.json / bert_config.json as a dict; a malformed one is an error
     naming the file."""
     try:
-        with open(path, encoding="utf-8") as f:
+        with paths.as_path(path).open(encoding="utf-8") as f:
             hf_config = json.load(f)
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise DataError(f"{path}: not a readable JSON checkpoint config ({e}); restore the file "
@@ -60,8 +64,8 @@ def tokenizer(config: ml_collections.ConfigDict, cache_dir: str, texts) -> token
     SentencePiece model trained on `texts` (cached in cache_dir, see tokenizers.from_config)."""
     directory = pretrained_directory(config)
     if directory and not config.data.tokenizer:
-        vocab = os.path.join(directory, "vocab.txt")
-        if not os.path.isfile(vocab):
+        vocab = paths.join(directory, "vocab.txt")
+        if not paths.as_path(vocab).is_file():
             raise MissingFileError(
                 f"config.train.init_from={directory!r} has no vocab.txt; the fine-tuning data "
                 "must be tokenized with the checkpoint's vocabulary: set config.data.tokenizer "
@@ -81,8 +85,8 @@ def encoder_config(config: ml_collections.ConfigDict, vocab_size: int) -> bert.B
             config.model.size, vocab_size=vocab_size,
             max_position_embeddings=max(seq_len, model_kw.pop("max_position_embeddings")),
             **model_kw)
-    name = next(f for f in PRETRAINED_CONFIG_FILES if os.path.isfile(os.path.join(directory, f)))
-    path = os.path.join(directory, name)
+    name = next(f for f in PRETRAINED_CONFIG_FILES if (paths.as_path(directory) / f).is_file())
+    path = paths.join(directory, name)
     hf_config = read_pretrained_config(path)
     result = bert_convert.config_from_hf(
         hf_config, **{k: model_kw[k] for k in _RUNTIME_FIELDS if k in model_kw})

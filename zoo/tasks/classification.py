@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from zoo import paths
 from zoo.data.pipelines import batching
 from zoo.data.readers import classification
 from zoo.data.synthetic import classification as synthetic_classification
@@ -73,12 +74,10 @@ def score_and_write_predictions(workdir: str, examples: list[dict], labels: list
     predicted = np.argmax(logits[:len(examples)], axis=-1)
     metrics = classification_eval.classification_metrics(targets, predicted, len(labels))
     if jax.process_index() == 0:
-        directory = os.path.join(workdir, "predictions")
-        os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, "predictions.tsv"), "w", encoding="utf-8") as f:
-            f.write("id\tlabel\tprediction\n")
-            f.writelines(f"{ex['id']}\t{ex['label']}\t{labels[p]}\n"
-                         for ex, p in zip(examples, predicted))
+        rows = "".join(f"{ex['id']}\t{ex['label']}\t{labels[p]}\n"
+                       for ex, p in zip(examples, predicted))
+        paths.write_atomic(paths.join(workdir, "predictions", "predictions.tsv"),
+                           "id\tlabel\tprediction\n" + rows)
     return {k: metrics[k] for k in ("f1", "mcc")}
 
 

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from zoo import paths
 from zoo.convert import gpt2 as gpt2_convert
 from zoo.data.readers import classification, multiple_choice
 from zoo.data.synthetic import multiple_choice as synthetic_multiple_choice
@@ -129,21 +130,22 @@ def finetune_loss_sums(logits, lm_logits, batch, lm_weight: float,
 
 
 def _is_pretrained_directory(path: str) -> bool:
-    return bool(path) and os.path.isfile(os.path.join(path, "config.json"))
+    return bool(path) and (paths.as_path(path) / "config.json").is_file()
 
 
 def _workdir_tokenizer(workdir: str) -> str:
     """The SentencePiece model a zoo LM run in `workdir` trained (cached in <workdir>/data)."""
-    directory = os.path.join(workdir, "data")
-    models = sorted(f for f in os.listdir(directory) if f.endswith(".model")) \
-        if os.path.isdir(directory) else []
+    directory = paths.join(workdir, "data")
+    found = paths.as_path(directory)
+    models = sorted(p.name for p in found.iterdir() if p.name.endswith(".model")) \
+        if found.is_dir() else []
     if len(models) != 1:
         raise ConfigError(
             f"config.train.init_from={workdir!r}: found {len(models)} tokenizer models in "
             f"{directory} ({models}); the fine-tuning text must be tokenized as the language "
             "model's was: set config.data.tokenizer to the .model file of that run (in its "
             "config.data.cache_dir, by default <workdir>/data)")
-    return os.path.join(directory, models[0])
+    return paths.join(directory, models[0])
 
 
 def _checkpoint_shapes(workdir: str) -> dict[str, tuple[int, ...]]:
@@ -239,14 +241,14 @@ class GPTClassificationTask(Task):
         init_from = config.train.get("init_from", "")
         model_kw = {k: v for k, v in config.model.to_dict().items() if k != "size"}
         runtime = {k: model_kw[k] for k in _RUNTIME_FIELDS if k in model_kw}
-        if init_from and os.path.isfile(os.path.join(init_from, "bert_config.json")):
+        if init_from and (paths.as_path(init_from) / "bert_config.json").is_file():
             raise ConfigError(
                 f"config.train.init_from={init_from!r} is not a checkpoint of this model: it is a "
                 "google-research/bert checkpoint (bert_config.json), and this task fine-tunes "
                 "GPT; point init_from at a zoo GPT run or a Hugging Face GPT-2 directory "
                 "(configs/classify.py fine-tunes BERT)")
         if _is_pretrained_directory(init_from):
-            path = os.path.join(init_from, "config.json")
+            path = paths.join(init_from, "config.json")
             hf_config = bert_encoder.read_pretrained_config(path)
             model_type = hf_config.get("model_type", "gpt2")
             if model_type != "gpt2":

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from zoo import paths
 from zoo.data.readers import squad
 from zoo.data.synthetic import squad as synthetic_squad
 from zoo.errors import ConfigError
@@ -126,10 +127,10 @@ class SquadTask(Task):
         dataset = _as_dataset(self.eval_examples)
         metrics = squad_eval.evaluate(dataset, predictions, na_probs=null_odds if version_2
                                       else None, version="2.0" if version_2 else "1.1")
-        squad_eval.write_predictions(os.path.join(self.workdir, "predictions"), predictions,
+        squad_eval.write_predictions(paths.join(self.workdir, "predictions"), predictions,
                                      nbest, null_odds if version_2 else None)
-        with open(os.path.join(self.workdir, "predictions", "metrics.json"), "w") as f:
-            json.dump(metrics, f, indent=2)
+        paths.write_atomic(paths.join(self.workdir, "predictions", "metrics.json"),
+                           json.dumps(metrics, indent=2))
         return {k: float(v) for k, v in metrics.items()}
 
     def tokens_per_batch(self) -> int:

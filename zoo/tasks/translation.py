@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zoo import decoding
+from zoo import decoding, paths
 from zoo.data.pipelines import batching
 from zoo.data.readers import parallel
 from zoo.data.synthetic import translation as synthetic_translation
@@ -181,13 +181,12 @@ class TranslationTask(Task):
                    "exact": 100.0 * float(np.mean([h == r for h, r in
                                                    zip(hypotheses, references)]))}
         if jax.process_index() == 0:
-            directory = os.path.join(self.workdir, "predictions")
-            os.makedirs(directory, exist_ok=True)
-            with open(os.path.join(directory, "hypotheses.txt"), "w", encoding="utf-8") as f:
-                f.writelines(h + "\n" for h in hypotheses)
-            with open(os.path.join(directory, "bleu.json"), "w") as f:
-                json.dump({"bleu": score.score, "signature": score.signature,
-                           "summary": str(score), **metrics}, f, indent=2)
+            directory = paths.join(self.workdir, "predictions")
+            paths.write_atomic(paths.join(directory, "hypotheses.txt"),
+                               "".join(h + "\n" for h in hypotheses))
+            paths.write_atomic(paths.join(directory, "bleu.json"), json.dumps(
+                {"bleu": score.score, "signature": score.signature, "summary": str(score),
+                 **metrics}, indent=2))
             print(f"{score} {score.signature}", flush=True)
         return metrics
 

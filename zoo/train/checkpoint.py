@@ -16,6 +16,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 from jax.experimental import multihost_utils
 
+from zoo import paths
 from zoo.errors import ConfigError, DataError, MissingFileError, UserError
 from zoo.train import checkpoint_failures, checksums
 from zoo.train.checkpoint_failures import CheckpointWriteError, first_line
@@ -54,7 +55,7 @@ def _barrier(name: str) -> None:
 
 def _free_name(path: str) -> str:
     candidate, n = path, 1
-    while os.path.exists(candidate):
+    while paths.as_path(candidate).exists():
         candidate, n = f"{path}.{n}", n + 1
     return candidate
 
@@ -73,19 +74,16 @@ def _restore_iterator(directory: str, iterator) -> None:
     cursor.
     """
     index, count = jax.process_index(), jax.process_count()
-    own = os.path.join(directory, f"process_{index}-of-{count}.json")
+    root = paths.as_path(directory)
+    own = root / f"process_{index}-of-{count}.json"
     try:
-        if os.path.exists(own):
-            with open(own) as f:
-                state = json.load(f)
+        if own.exists():
+            state = json.loads(own.read_text())
         else:
-            saved = sorted(n for n in os.listdir(directory) if n.startswith("process_"))
+            saved = sorted(p.name for p in root.iterdir() if p.name.startswith("process_"))
             if not saved:
                 raise _Unreadable(f"{directory} holds no data-iterator position")
-            states = []
-            for name in saved:
-                with open(os.path.join(directory, name)) as f:
-                    states.append(json.load(f))
+            states = [json.loads((root / name).read_text()) for name in saved]
             if any(s != states[0] for s in states):
                 writers = saved[0].rsplit("-of-", 1)[1].removesuffix(".json")
                 raise DataReshardError(
@@ -105,7 +103,7 @@ def _restore_iterator(directory: str, iterator) -> None:
 def existing(workdir: str) -> "Checkpointer | None":
     """The Checkpointer of `workdir` when it holds a checkpoint, else None; unlike
     Checkpointer(workdir), creates no directory (a mistyped path stays a mistake)."""
-    if not os.path.isdir(os.path.join(workdir, "checkpoints")):
+    if not (paths.as_path(workdir) / "checkpoints").is_dir():
         return None
     checkpointer = Checkpointer(workdir)
     if checkpointer.latest_step() is None:
@@ -125,13 +123,14 @@ class Checkpointer:
                  subdir: str = "checkpoints", best_metric: str = "", best_mode: str = "min"):
         if best_mode not in ("min", "max"):
             raise ConfigError(f"config.train.best_mode must be 'min' or 'max', got {best_mode!r}")
-        self.directory = os.path.join(os.path.abspath(workdir), subdir)
+        # A string (absolute locally, gs://... as given): messages show it, orbax takes either.
+        self.directory = paths.join(workdir, subdir)
         self.best_metric, self.best_mode = best_metric, best_mode
         self._pending: int | None = None  # the step an async save may still be writing
         self._failed: int | None = None  # the step whose write failed (reported already)
         self._best: float | None = None  # best_metric's best saved value (see best_value)
         self._manager = ocp.CheckpointManager(
-            self.directory,
+            paths.as_path(self.directory),
             options=ocp.CheckpointManagerOptions(
                 max_to_keep=max_to_keep, enable_async_checkpointing=async_save, create=True,
                 best_fn=(lambda m: m[best_metric]) if best_metric else None,
@@ -206,6 +205,8 @@ class Checkpointer:
         # The arrays' in-memory size: an upper bound (orbax compresses), so a save that would
         # only just fit compressed is refused too.
         needed = sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(state))
+        if paths.is_remote(self.directory):
+            return  # a bucket has no free-space figure; a quota error is reported by the write
         try:
             free = shutil.disk_usage(self.directory).free
         except OSError:
@@ -264,7 +265,7 @@ class Checkpointer:
         )
 
     def _step_directory(self, step: int) -> str:
-        return os.path.join(self.directory, str(step))
+        return paths.join(self.directory, str(step))
 
     def _restore_step(self, step: int, abstract, data_iterator):
         directory = self._step_directory(step)
@@ -279,7 +280,7 @@ class Checkpointer:
         except Exception as e:  # tensorstore and orbax raise bare Exception for missing data
             raise _Unreadable(first_line(e)) from e
         if data_iterator is not None:
-            _restore_iterator(os.path.join(directory, "data"), data_iterator)
+            _restore_iterator(paths.join(directory, "data"), data_iterator)
         return state
 
     def _saved_tree(self, step: int) -> dict:
@@ -331,13 +332,12 @@ class Checkpointer:
         if quarantine:
             # Every process has finished reading before process 0 moves anything.
             _barrier("zoo_checkpoint_quarantine")
-            corrupt_dir = os.path.join(os.path.dirname(self.directory),
-                                       os.path.basename(self.directory) + "_corrupt")
+            corrupt_dir = self.directory + "_corrupt"
             if jax.process_index() == 0:
-                os.makedirs(corrupt_dir, exist_ok=True)
+                paths.as_path(corrupt_dir).mkdir(parents=True, exist_ok=True)
                 for s in steps:
-                    os.replace(self._step_directory(s),
-                               _free_name(os.path.join(corrupt_dir, str(s))))
+                    paths.move_tree(self._step_directory(s),
+                                    _free_name(paths.join(corrupt_dir, str(s))))
             _barrier("zoo_checkpoint_quarantined")
             self._manager.reload()
             where = f"moved step(s) {steps} to {corrupt_dir}"
@@ -432,8 +432,11 @@ class Checkpointer:
         never counts as a checkpoint, but on a full disk its space is what the rerun needs.
         (With several processes, another may still be writing into it: orbax itself replaces
         it when that step is saved again.)"""
-        if jax.process_count() > 1 or not os.path.isdir(self.directory):
+        directory = paths.as_path(self.directory)
+        if jax.process_count() > 1 or not directory.is_dir():
             return
-        for name in os.listdir(self.directory):
-            if name.startswith(f"{step}.orbax-checkpoint-tmp"):
-                shutil.rmtree(os.path.join(self.directory, name), ignore_errors=True)
+        # On gs:// orbax writes the step directory in place (no -tmp name; commit_success.txt
+        # marks it complete) and replaces an uncommitted one when that step is saved again.
+        for child in directory.iterdir():
+            if child.name.startswith(f"{step}.orbax-checkpoint-tmp"):
+                child.rmtree(missing_ok=True)

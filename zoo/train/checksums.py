@@ -6,11 +6,17 @@ checkpoint directory gets a CRC-32 of each file, written inside the temporary di
 before orbax commits it (the commit makes files and checksums appear together), and a restore
 compares them first. CRC-32 because it is a media-error check, not a security one, and reading
 a multi-GiB checkpoint through zlib.crc32 costs about as much as copying it.
+
+Checkpoints in a gs:// workdir get none: GCS keeps a CRC32C of every object and checks it on
+upload, and recording ours would read the whole checkpoint back over the network after each
+save. A record that is there (a checkpoint copied up from a disk) is still checked on restore.
 """
 
 import json
 import os
 import zlib
+
+from zoo import paths
 
 FILENAME = "zoo_checksums.json"
 _CHUNK = 1 << 22
@@ -18,9 +24,9 @@ _CHUNK = 1 << 22
 _REWRITTEN_AT_COMMIT = ("commit_success.txt", "_CHECKPOINT_METADATA")
 
 
-def _crc32(path: str) -> str:
+def _crc32(path) -> str:
     crc = 0
-    with open(path, "rb") as f:
+    with paths.as_path(path).open("rb") as f:
         while chunk := f.read(_CHUNK):
             crc = zlib.crc32(chunk, crc)
     return f"{crc:08x}"
@@ -50,22 +56,22 @@ def write(directory: str) -> None:
 
 def problems(directory: str) -> list[str] | None:
     """What differs from the recorded checksums ([] = intact), or None when `directory` has no
-    record (a checkpoint written before checksums existed, or by a synchronous save)."""
-    record = os.path.join(directory, FILENAME)
-    if not os.path.exists(record):
+    record (a checkpoint written before checksums existed, by a synchronous save, or to gs://)."""
+    root = paths.as_path(directory)
+    record = root / FILENAME
+    if not record.exists():
         return None
     try:
-        with open(record) as f:
-            table = json.load(f)
+        table = json.loads(record.read_text())
     except (OSError, ValueError) as e:
         return [f"{FILENAME} is unreadable ({e})"]
     found = []
     for rel, expected in sorted(table.items()):
-        path = os.path.join(directory, rel)
-        if not os.path.exists(path):
+        path = root / rel
+        if not path.exists():
             found.append(f"{rel} is missing")
-        elif os.path.getsize(path) != expected["bytes"]:
-            found.append(f"{rel} has {os.path.getsize(path)} bytes, {expected['bytes']} written")
+        elif (size := path.stat().length) != expected["bytes"]:
+            found.append(f"{rel} has {size} bytes, {expected['bytes']} written")
         elif _crc32(path) != expected["crc32"]:
             found.append(f"{rel} has a different CRC-32 than when it was written")
     return found
@@ -76,6 +82,8 @@ def write_newest_pending(checkpoint_dir: str) -> None:
     one being committed. (Orbax's post-finalization hook takes no arguments; saves run one at a
     time, so the newest temporary directory is the one in flight, and stale ones left by a
     killed run are older.)"""
+    if paths.is_remote(checkpoint_dir):
+        return  # see the module docstring
     pending = [os.path.join(checkpoint_dir, name) for name in os.listdir(checkpoint_dir)
                if ".orbax-checkpoint-tmp" in name]
     if pending:

@@ -6,7 +6,6 @@ the task registry): the tasks import this package, so nothing here imports them.
 
 import dataclasses
 import json
-import os
 import signal
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +17,7 @@ import numpy as np
 import optax
 from jax.experimental import multihost_utils
 
+from zoo import paths
 from zoo.errors import ConfigError, MissingFileError, UserError
 from zoo.train import metrics as metrics_lib
 from zoo.train import checkpoint, dry_run, optim, partitioning, recipe, step
@@ -91,11 +91,13 @@ def build(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFac
     initialised state, each parameter created on its own shard (a fine-tuning config's recipe
     settled first: recipe.resolve)."""
     config = recipe.resolve(config)
-    if os.path.exists(workdir) and not os.path.isdir(workdir):
+    paths.check_remote(workdir, "--workdir")
+    directory = paths.as_path(workdir)
+    if directory.exists() and not directory.is_dir():
         raise ConfigError(f"--workdir={workdir} is a file, not a directory; give a directory (a "
                           "new one starts a run, the workdir of a run resumes it)")
     try:
-        os.makedirs(workdir, exist_ok=True)
+        directory.mkdir(parents=True, exist_ok=True)  # nothing to make in a bucket
     except OSError as e:  # e.g. read-only, or no permission on a parent
         raise ConfigError(f"--workdir={workdir} cannot be created ({e}); give a directory this "
                           "user can write") from e
@@ -246,7 +248,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
                 _Preemption() as preemption:
             for done in range(start + 1, total + 1):
                 if profile and done == profile[0] + 1:
-                    jax.profiler.start_trace(os.path.join(workdir, "profile"))
+                    jax.profiler.start_trace(paths.join(workdir, "profile"))
                 state, step_metrics = train_step(state, _to_global(next(batches), batch_sharding))
                 history.append(step_metrics)
                 if profile and done == profile[1]:
@@ -300,8 +302,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
             best.close()
         writer.close()
     if jax.process_index() == 0 and saved == total:
-        with open(os.path.join(workdir, "summary.json"), "w") as f:
-            json.dump({"step": total, **summary, **baselines}, f, indent=2)
+        paths.write_atomic(paths.join(workdir, "summary.json"),
+                           json.dumps({"step": total, **summary, **baselines}, indent=2))
     return summary
 
 
@@ -312,7 +314,8 @@ def _init_params_from(workdir: str, state: TrainState, subtree: str | None = Non
     Hugging Face or google-research/bert checkpoint directory (zoo.hf.load_pretrained)."""
     if recipe.is_pretrained_directory(workdir):
         return state.replace(params=_pretrained_params(workdir, state.params, subtree))
-    if not os.path.isdir(workdir):
+    paths.check_remote(workdir, "config.train.init_from")
+    if not paths.as_path(workdir).is_dir():
         raise MissingFileError(
             f"config.train.init_from={workdir!r} is not a directory; point it at the workdir of "
             "a finished run, or a Hugging Face / google-research/bert checkpoint directory")
@@ -320,7 +323,7 @@ def _init_params_from(workdir: str, state: TrainState, subtree: str | None = Non
     if source is None:
         raise MissingFileError(
             f"config.train.init_from={workdir!r} holds no checkpoint "
-            f"({os.path.join(os.path.abspath(workdir), 'checkpoints')}); point it at the "
+            f"({paths.join(workdir, 'checkpoints')}); point it at the "
             "workdir of a finished run"
         )
     where = f"config.train.init_from={workdir!r}"

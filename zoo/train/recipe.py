@@ -6,17 +6,16 @@ real checkpoint. Which applies depends on config.train.init_from, known only onc
 are parsed; a field the user set explicitly wins over either.
 """
 
-import os
-
 import jax
 import ml_collections
 
+from zoo import paths
 from zoo.errors import ConfigError
 
 
 def is_pretrained_directory(path: str) -> bool:
     """A Hugging Face / google-research/bert checkpoint directory, not a zoo workdir."""
-    return bool(path) and any(os.path.isfile(os.path.join(path, name))
+    return bool(path) and any((paths.as_path(path) / name).is_file()
                               for name in ("config.json", "bert_config.json"))
 
 

@@ -18,6 +18,7 @@ from zoo.data.pipelines import pretraining as pt
 from zoo.data.pipelines import pretraining_examples as examples
 from zoo.data.pipelines import pretraining_store as store
 from zoo.data.readers import corpus_pieces, text_files
+from zoo import paths
 from zoo.errors import DataError
 
 SETTINGS = examples.Settings(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=2,
@@ -141,7 +142,7 @@ def test_a_killed_preparation_is_finished_by_a_rerun_doing_only_the_missing_shar
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not os.path.exists(os.path.join(directory, store.MANIFEST))
-    done = store.done_shards(store.as_path(directory))
+    done = store.done_shards(paths.as_path(directory))
     assert made[:2] == sorted(done)[:2] and len(done) < 6
     for shard, summary in done.items():  # a marker means every file of its shard is whole
         for feature in examples.stored_features(SETTINGS):

@@ -36,9 +36,10 @@ from zoo.data.pipelines.pretraining_examples import (
     stored_features,
     word_start_table,
 )
-from zoo.data.pipelines.pretraining_store import PretrainingSource, as_path
+from zoo.data.pipelines.pretraining_store import PretrainingSource
 from zoo.data.readers.corpus_pieces import Piece, plan_documents, read_piece
 from zoo.errors import ConfigError, DataError
+from zoo.paths import as_path
 
 __all__ = ["PretrainingSource", "prepare", "prepare_cached", "prepare_pieces"]
 
@@ -190,8 +191,7 @@ def prepare_pieces(
     if (directory / store.MANIFEST).exists():
         return PretrainingSource(str(directory))
     if process_index == 0 and not (directory / store.WORD_STARTS).exists():
-        table = word_start_table(tokenizer)
-        store.write_atomically(directory / store.WORD_STARTS, lambda f: np.save(f, table))
+        store.write_word_starts(directory, word_start_table(tokenizer))
 
     done = store.done_shards(directory)
     own = [i for i in range(len(pieces)) if i % process_count == process_index and i not in done]

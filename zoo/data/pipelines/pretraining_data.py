@@ -19,10 +19,12 @@ import ml_collections
 
 from zoo.data.pipelines import pretraining, pretraining_store
 from zoo.data.pipelines.pretraining_examples import Settings
-from zoo.data.pipelines.pretraining_store import PretrainingSource, as_path
+from zoo.data.pipelines.pretraining_store import PretrainingSource
 from zoo.data.readers import sources
 from zoo.data.tokenizers import base as tokenizers
+from zoo import paths
 from zoo.errors import ConfigError, MissingFileError
+from zoo.paths import as_path
 
 TOKENIZER_DIR = "tokenizer"
 _TOKENIZER_INFO = "tokenizer.json"
@@ -92,7 +94,7 @@ def _write_tokenizer(data, directory, train_pieces, process_index: int, report):
     if process_index == 0 and not info_path.exists():
         directory.mkdir(parents=True, exist_ok=True)
         if data.tokenizer:
-            source = as_path(os.path.expanduser(data.tokenizer))
+            source = as_path(data.tokenizer)
             if source.is_dir():
                 raise ConfigError(
                     f"config.data.tokenizer={data.tokenizer!r} is a directory; a prepared "
@@ -114,7 +116,7 @@ def _write_tokenizer(data, directory, train_pieces, process_index: int, report):
                 trained.save(os.path.join(tmp, name))
                 with open(os.path.join(tmp, name), "rb") as f:
                     content = f.read()
-        pretraining_store.write_atomically(directory / name, lambda f: f.write(content))
+        paths.write_atomic(directory / name, content)
         pretraining_store.write_json(info_path, {"file": name,
                                                  "lowercase": bool(data.get("lowercase", True))})
     pretraining._wait_for(info_path.exists, 2.0, report,
@@ -123,22 +125,13 @@ def _write_tokenizer(data, directory, train_pieces, process_index: int, report):
 
 
 def load_tokenizer(directory):
-    """The tokenizer saved in a prepared directory's tokenizer/ (copied to a local file first
-    when the directory is in a bucket: SentencePiece reads only local files)."""
+    """The tokenizer saved in a prepared directory's tokenizer/ (through a local copy when the
+    directory is in a bucket: SentencePiece reads only local files)."""
     directory = as_path(directory)
     info = pretraining_store.read_json(directory / _TOKENIZER_INFO)
-    path = directory / info["file"]
-    if pretraining_store.is_remote(path):
-        local = os.path.join(pretraining_store.mirror_root(), "tokenizers",
-                             pretraining_store.content_key(str(path), path.read_bytes()))
-        os.makedirs(local, exist_ok=True)
-        target = os.path.join(local, info["file"])
-        if not os.path.exists(target):
-            with open(target + ".tmp", "wb") as f:
-                f.write(path.read_bytes())
-            os.replace(target + ".tmp", target)
-        path = target
-    return tokenizers.load_tokenizer(os.fspath(path), lowercase=info["lowercase"])
+    # Both tokenizer kinds read their file whole when loaded: a temporary copy is enough.
+    with paths.local_copy(directory / info["file"]) as local:
+        return tokenizers.load_tokenizer(local, lowercase=info["lowercase"])
 
 
 def open_prepared(data: ml_collections.ConfigDict) -> PretrainingData:
@@ -164,7 +157,7 @@ def open_prepared(data: ml_collections.ConfigDict) -> PretrainingData:
                 "into another directory with this config")
     if data.tokenizer:
         info = pretraining_store.read_json(root / TOKENIZER_DIR / _TOKENIZER_INFO)
-        given = as_path(os.path.expanduser(data.tokenizer))
+        given = as_path(data.tokenizer)
         if (not given.is_file() or given.read_bytes()
                 != (root / TOKENIZER_DIR / info["file"]).read_bytes()):
             raise ConfigError(

@@ -4,8 +4,8 @@ A prepared directory holds, per shard i, one .npy file per feature and a marker
 `shard-<i>.json` written last; `word_starts.npy`; `plan.json` (what is being prepared: the
 settings, the tokenizer's fingerprint, the corpus pieces) written first; and `manifest.json`
 (the row counts of every shard) written once every shard's marker exists. Every file is written
-under a temporary name and renamed into place, so a process killed at any moment leaves no file
-that looks complete: a shard counts as done only through its marker, the directory only
+whole or not at all (zoo.paths.write_atomic: a renamed temporary file locally, one object upload
+on GCS), so a process killed at any moment leaves no file that looks complete: a shard counts as done only through its marker, the directory only
 through its manifest, and a rerun redoes only the shards without a marker.
 
 `PretrainingSource` reads a finished directory through memory maps; one in a bucket is first
@@ -15,9 +15,9 @@ copied to a local mirror (random row access over the network would starve the ac
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
-import uuid
 
 import numpy as np
 from etils import epath
@@ -29,6 +29,7 @@ from zoo.data.pipelines.pretraining_examples import (
     Settings,
     feature_shapes,
 )
+from zoo import paths
 from zoo.errors import DataError
 
 FORMAT_VERSION = 2
@@ -46,43 +47,29 @@ def marker_file(shard: int) -> str:
     return f"shard-{shard:05d}.json"
 
 
-def is_remote(path: str | os.PathLike) -> bool:
-    """A URL (gs://, s3://, ...) rather than a local path."""
-    return "://" in os.fspath(path)
-
-
-def as_path(path: str | os.PathLike) -> epath.Path:
-    return epath.Path(path if is_remote(path) else os.path.expanduser(os.fspath(path)))
-
-
-def write_atomically(path: epath.Path, write) -> None:
-    """write(file) into a temporary name beside `path`, then rename it into place."""
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    try:
-        with tmp.open("wb") as f:
-            write(f)
-        tmp.replace(path)
-    except BaseException:
-        if tmp.exists():
-            tmp.unlink()
-        raise
+def _npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    return buffer.getvalue()
 
 
 def write_json(path: epath.Path, obj) -> None:
-    data = json.dumps(obj, indent=1, sort_keys=True).encode()
-    write_atomically(path, lambda f: f.write(data))
+    paths.write_atomic(path, json.dumps(obj, indent=1, sort_keys=True))
 
 
 def read_json(path: epath.Path):
     return json.loads(path.read_text())
 
 
+def write_word_starts(directory: epath.Path, table: np.ndarray) -> None:
+    paths.write_atomic(directory / WORD_STARTS, _npy(table))
+
+
 def write_shard(directory: epath.Path, shard: int, arrays: dict[str, np.ndarray],
                 summary: dict) -> None:
     """The shard's feature files, then its marker (the proof they are complete)."""
     for feature, array in arrays.items():
-        write_atomically(directory / shard_file(feature, shard),
-                         lambda f, a=array: np.save(f, a, allow_pickle=False))
+        paths.write_atomic(directory / shard_file(feature, shard), _npy(array))
     write_json(directory / marker_file(shard), summary)
 
 
@@ -106,11 +93,6 @@ def mirror_root() -> str:
                                                       "prepared")
 
 
-def content_key(url: str, content: bytes) -> str:
-    """Names a mirror of `url` by its content, so a changed object gets a new mirror."""
-    return hashlib.sha256(url.encode() + b"\x00" + content).hexdigest()[:20]
-
-
 def local_copy(path: str) -> str:
     """`path` itself when local; else a local mirror of the finished bucket directory.
 
@@ -118,14 +100,16 @@ def local_copy(path: str) -> str:
     URL and the manifest's content, and is filled file by file under temporary names, so an
     interrupted copy is resumed and a changed directory gets a new mirror.
     """
-    if not is_remote(path):
-        return os.path.expanduser(path)
-    remote = as_path(path)
+    if not paths.is_remote(path):
+        return os.fspath(paths.as_path(path))
+    remote = paths.as_path(path)
     try:
         manifest = (remote / MANIFEST).read_bytes()
     except (OSError, FileNotFoundError) as e:
         raise corrupt(path, f"unreadable manifest {remote / MANIFEST}: {e}") from None
-    local = os.path.join(mirror_root(), content_key(path, manifest))
+    # Named by the URL and the manifest: a directory prepared again gets a new mirror.
+    local = os.path.join(mirror_root(), hashlib.sha256(path.encode() + b"\x00" + manifest)
+                         .hexdigest()[:20])
     os.makedirs(local, exist_ok=True)
     fields = json.loads(manifest)
     names = [WORD_STARTS] + [shard_file(f, s) for s in range(len(fields["shard_rows"]))

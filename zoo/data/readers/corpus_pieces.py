@@ -12,11 +12,13 @@ exactly one piece, and the cut never depends on how many processes share the wor
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import io
 import os
 from collections.abc import Iterator, Sequence
 
+from zoo import paths
 from zoo.errors import ConfigError, DataError
 
 Document = list[str]
@@ -67,8 +69,9 @@ class Piece:
         return self.stop - self.start
 
     def identity(self) -> dict:
-        """A JSON-able description that changes when the piece's input changes (for manifests):
-        text files by path and size, documents by a hash of their text."""
+        """A JSON-able description that changes when the piece's input changes (plans and cache
+        keys): text by path, byte range and modification time, documents by a hash of their
+        text, TFDS records by dataset, split and range."""
         if self.kind == "documents":
             h = hashlib.sha256()
             for doc in self.documents:
@@ -79,6 +82,8 @@ class Piece:
                     "sha256": h.hexdigest()}
         out = dataclasses.asdict(self)
         out.pop("documents")
+        if self.kind == "text":  # a file rewritten since (same size or not) is another input
+            out["modified"] = [_stat(s.path)[1] for s in self.segments]
         return out
 
 
@@ -94,7 +99,7 @@ def plan_text(files: Sequence[str], shard_bytes: int) -> list[Piece]:
     """
     if shard_bytes < 1:
         raise ConfigError(f"config.data.shard_mb must be > 0, got {shard_bytes / 2**20:g}")
-    sizes = [(f, os.path.getsize(f)) for f in files]
+    sizes = [(f, _stat(f)[0]) for f in files]
     total = sum(size for _, size in sizes)
     count = max(1, -(-total // shard_bytes))
     bounds = [total * k // count for k in range(count + 1)]
@@ -116,6 +121,17 @@ MIN_DOCUMENTS_PER_PIECE = 16
 
 def _count(items: int, num_pieces: int) -> int:
     return max(1, min(num_pieces, items // MIN_DOCUMENTS_PER_PIECE))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _stat(path: str) -> tuple[int, float]:
+    """(size in bytes, modification time) of a local file or a bucket object, asked once per
+    process (a plan of a large bucket corpus names every file several times)."""
+    if paths.is_remote(path):
+        info = paths.as_path(path).stat()
+        return int(info.length), float(info.mtime or 0)
+    info = os.stat(path)
+    return info.st_size, info.st_mtime
 
 
 def plan_documents(documents: Sequence[Sequence[str]], num_pieces: int) -> list[Piece]:
@@ -162,7 +178,7 @@ def read_segment(segment: Segment) -> Iterator[Document]:
     zoo.data.readers.text_files.read_text_corpus reads a whole file); the last one may run
     past `stop`, to its end.
     """
-    with open(segment.path, "rb") as f:
+    with paths.as_path(segment.path).open("rb") as f:
         pos = segment.start
         if pos > 0:
             # Start at the first line beginning at or after `start`; remember whether the line

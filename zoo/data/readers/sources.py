@@ -10,6 +10,7 @@ import os
 
 import ml_collections
 
+from zoo import paths
 from zoo.data.readers import corpus_pieces, text_files
 from zoo.data.synthetic.documents import corpus_splits
 from zoo.errors import ConfigError, MissingFileError
@@ -29,7 +30,10 @@ def expand_files(patterns: str, key: str) -> list[str]:
     every file below it, hidden ones excepted); an error naming the config key if empty."""
     files = set()
     for pattern in filter(None, (p.strip() for p in patterns.split(","))):
-        for path in glob.glob(pattern):
+        if paths.is_remote(pattern):
+            files.update(_expand_remote(pattern))
+            continue
+        for path in glob.glob(os.path.expanduser(pattern)):
             if not os.path.isdir(path):
                 files.add(path)
                 continue
@@ -82,6 +86,23 @@ class StreamedDocuments:
     def __iter__(self):
         for piece in self.pieces:
             yield from corpus_pieces.read_piece(piece)
+
+
+def _expand_remote(pattern: str) -> list[str]:
+    """A gs:// file, glob or directory (every object below it, hidden names excepted)."""
+    import fsspec  # gcsfs: epath's glob and walk drop the scheme or refuse '**' on gs://
+
+    scheme, rest = pattern.split("://", 1)
+    fs = fsspec.filesystem(scheme)
+    found = fs.glob(rest) if any(c in rest for c in "*?[") else [rest] if fs.exists(rest) else []
+    files = []
+    for name in found:
+        if fs.isdir(name):
+            files += [f for f in fs.find(name) if not any(
+                part.startswith(".") for part in f[len(name):].split("/"))]
+        else:
+            files.append(name)
+    return [f"{scheme}://{f}" for f in files]
 
 
 def load_documents(cfg: ml_collections.ConfigDict, split: str) -> Documents:

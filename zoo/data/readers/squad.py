@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from zoo import paths
 from zoo.errors import ConfigError, DataError, MissingFileError
 
 _log = logging.getLogger(__name__)
@@ -72,10 +73,11 @@ def load_squad(source: str | os.PathLike, split: str = "train", data_dir: str = 
       FileNotFoundError: the file, or the TFDS dataset in `data_dir`, does not exist.
     """
     path = os.fspath(source)
-    if os.path.isdir(path):
+    target = paths.as_path(path)  # a TFDS name ('squad/v2.0') is neither a dir nor a file
+    if target.is_dir():
         raise ConfigError(f"SQuAD source {path} is a directory; pass one JSON file (e.g. "
                           f"{os.path.join(path, 'dev-v2.0.json')}) or a TFDS name ('squad/v2.0')")
-    if path.endswith(".json") or os.path.isfile(path):
+    if path.endswith(".json") or target.is_file():
         return read_squad_json(path)
     return read_squad_tfds(path, split, data_dir)
 
@@ -84,8 +86,7 @@ def read_squad_json(path: str | os.PathLike) -> list[dict]:
     """Examples of one official-format SQuAD JSON file (see `load_squad`)."""
     path = os.fspath(path)
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = paths.as_path(path).read_bytes()  # local or gs://
     except FileNotFoundError:
         raise MissingFileError(f"SQuAD file {path} does not exist") from None
     try:

@@ -9,6 +9,7 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from zoo import paths
 from zoo.errors import DataError, MissingFileError
 
 if TYPE_CHECKING:
@@ -19,8 +20,7 @@ def read_utf8(path: str, what: str) -> str:
     """The whole file as text. `what` names the file in the error a missing one gets (e.g.
     'classification data file')."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = paths.as_path(path).read_bytes()  # local or gs://
     except FileNotFoundError:
         raise MissingFileError(f"{what} {path} does not exist") from None
     try:
@@ -79,9 +79,7 @@ def corpus_text(documents: Sequence[Document | Sequence[str]]) -> str:
 def write_text_corpus(path: str | os.PathLike, documents: Sequence[Document | Sequence[str]]
                       ) -> None:
     """Writes documents (or lists of sentence strings) to `path` in BERT's format, UTF-8."""
-    text = corpus_text(documents)
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
+    paths.as_path(path).write_bytes(corpus_text(documents).encode("utf-8"))
 
 
 def read_text_corpus(path: str | os.PathLike) -> list[list[str]]:
@@ -94,8 +92,7 @@ def read_text_corpus(path: str | os.PathLike) -> list[list[str]]:
       ValueError: naming the file and line of the first invalid UTF-8 byte, or the file when it
         holds no sentences.
     """
-    with open(path, "rb") as f:
-        data = f.read()
+    data = paths.as_path(path).read_bytes()
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -17,6 +17,7 @@ import ml_collections
 import numpy as np
 import tensorflow_datasets as tfds
 
+from zoo import paths
 from zoo.errors import ConfigError, DataError, MissingFileError
 
 Documents = list[list[str]]
@@ -38,6 +39,8 @@ def _prepared_names(name: str, data_dir: str) -> list[str]:
     """Full names ('dataset[/config]:version') of what is prepared on disk under `name`'s folder,
     for a hint when the one asked for is missing."""
     base = _base_name(name)
+    if paths.is_remote(data_dir):
+        return []  # only a hint: not worth listing a bucket for
     root = os.path.join(os.path.expanduser(data_dir), base)
     infos = glob.glob(os.path.join(root, "*", "dataset_info.json"))
     infos += glob.glob(os.path.join(root, "*", "*", "dataset_info.json"))
@@ -78,12 +81,15 @@ def open_builder(name: str, data_dir: str = "") -> tfds.core.DatasetBuilder:
     Args:
       name: 'dataset[/config][:version]', e.g. 'lm1b' or 'wikipedia/20230601.en'. Datasets whose
         builder code TFDS lacks are read from their files alone.
-      data_dir: the TFDS data dir holding it; '' means TFDS's default.
+      data_dir: the TFDS data dir holding it, local or gs://; '' means TFDS's default.
 
     Raises:
       FileNotFoundError: it is not prepared there (the message says how to prepare it).
       ValueError: it is prepared only in a format without random access (tfrecord).
     """
+    # TFDS finds the files through epath (gcsfs); array_record then reads them with its own
+    # GCS client (google-cloud-cpp), which retries an unreachable endpoint for minutes.
+    paths.check_remote(data_dir, "config.data.tfds_data_dir")
     try:
         builder = tfds.builder(name, data_dir=data_dir or None)
     except tfds.core.DatasetNotFoundError:

@@ -20,12 +20,12 @@ sentencepiece collapses runs of spaces as usual.
 """
 
 import io
-import os
 from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
 import sentencepiece as spm
 
+from zoo import paths
 from zoo.data.tokenizers.gpt2_bpe import MERGES_FILE, VOCAB_FILE, GPT2Tokenizer
 from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 from zoo.errors import ConfigError, DataError, MissingFileError
@@ -187,16 +187,14 @@ class SentencePieceTokenizer:
         return self._word_start[int(i)]
 
     def save(self, path: str) -> None:
-        tmp = path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(self._proto)
-        os.replace(tmp, path)  # atomic: a crash never leaves a half-written model behind
+        # atomic: a crash never leaves a half-written model behind (locally or in a bucket)
+        paths.write_atomic(path, self._proto)
 
     @classmethod
     def load(cls, path: str) -> "SentencePieceTokenizer":
         try:
-            with open(path, "rb") as f:
-                proto = f.read()
+            # sentencepiece parses the bytes: no local file is needed for a gs:// model
+            proto = paths.as_path(path).read_bytes()
         except FileNotFoundError:
             raise MissingFileError(f"tokenizer model {path} does not exist") from None
         try:
@@ -241,11 +239,10 @@ def load_or_train(
     path: str, texts_fn, vocab_size: int, model_type: str = "bpe"
 ) -> SentencePieceTokenizer:
     """Loads the model cached at `path`, or trains one on `texts_fn()` and caches it there."""
-    if os.path.exists(path):
+    if paths.as_path(path).exists():
         return SentencePieceTokenizer.load(path)
     tokenizer = train_sentencepiece(texts_fn(), vocab_size, model_type)
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tokenizer.save(path)
+    tokenizer.save(path)  # makes the directory
     return SentencePieceTokenizer.load(path)
 
 
@@ -259,20 +256,21 @@ def load_tokenizer(path: str, lowercase: bool = True) -> Tokenizer:
       lowercase: WordPiece only: True for uncased vocabularies (also strips accents, as BERT
         does). SentencePiece models are always cased.
     """
-    if os.path.isdir(path):
-        models = sorted(f for f in os.listdir(path) if f.endswith(".model"))
-        if all(os.path.isfile(os.path.join(path, f)) for f in (VOCAB_FILE, MERGES_FILE)):
+    directory = paths.as_path(path)
+    if directory.is_dir():
+        models = sorted(p.name for p in directory.iterdir() if p.name.endswith(".model"))
+        if all((directory / f).is_file() for f in (VOCAB_FILE, MERGES_FILE)):
             return GPT2Tokenizer.from_directory(path)
-        if os.path.isfile(os.path.join(path, "vocab.txt")):
-            path = os.path.join(path, "vocab.txt")
+        if (directory / "vocab.txt").is_file():
+            path = paths.join(path, "vocab.txt")
         elif len(models) == 1:
-            path = os.path.join(path, models[0])
+            path = paths.join(path, models[0])
         else:
             raise ConfigError(
                 f"tokenizer directory {path} holds no vocab.txt and {len(models)} .model files "
                 f"{models}; pass the tokenizer file itself"
             )
-    elif not os.path.exists(path):
+    elif not directory.exists():
         raise MissingFileError(f"tokenizer {path} does not exist")
     if path.endswith(".model"):
         return SentencePieceTokenizer.load(path)
@@ -293,7 +291,7 @@ def from_config(data, directory: str, train_documents) -> "Tokenizer":
         return load_tokenizer(data.tokenizer, lowercase=data.get("lowercase", True))
     name = f"spm-{data.tokenizer_type}-{data.vocab_size}.model"
     return load_or_train(
-        os.path.join(directory, name),
+        paths.join(directory, name),
         lambda: (sentence for doc in train_documents for sentence in doc),
         vocab_size=data.vocab_size, model_type=data.tokenizer_type,
     )

@@ -20,11 +20,11 @@ characters it is made of (OpenAI's encoder.py does the same), never as the speci
 
 import functools
 import json
-import os
 from collections.abc import Iterable, Sequence
 
 import regex
 
+from zoo import paths
 from zoo.errors import DataError, MissingFileError
 
 ENDOFTEXT = "<|endoftext|>"
@@ -78,19 +78,19 @@ class GPT2Tokenizer:
     @classmethod
     def from_directory(cls, directory: str) -> "GPT2Tokenizer":
         """Reads `directory`/vocab.json and `directory`/merges.txt (Hugging Face's layout)."""
-        vocab_path = os.path.join(directory, VOCAB_FILE)
-        merges_path = os.path.join(directory, MERGES_FILE)
+        vocab_path = paths.join(directory, VOCAB_FILE)
+        merges_path = paths.join(directory, MERGES_FILE)
         for path in (vocab_path, merges_path):
-            if not os.path.isfile(path):
+            if not paths.as_path(path).is_file():
                 raise MissingFileError(f"GPT-2 tokenizer: {path} does not exist; a GPT-2 "
                                        f"directory holds {VOCAB_FILE} and {MERGES_FILE}")
-        with open(vocab_path, encoding="utf-8") as f:
+        with paths.as_path(vocab_path).open(encoding="utf-8") as f:
             try:
                 vocab = json.load(f)
             except json.JSONDecodeError as e:
                 raise DataError(f"{vocab_path}: not valid JSON ({e})") from e
         merges = []
-        with open(merges_path, encoding="utf-8") as f:
+        with paths.as_path(merges_path).open(encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 line = line.rstrip("\n")
                 if not line or (number == 1 and line.startswith("#version")):

@@ -33,6 +33,7 @@ import functools
 import unicodedata
 from collections.abc import Iterable, Sequence
 
+from zoo import paths
 from zoo.errors import DataError, MissingFileError
 
 CONTINUATION = "##"
@@ -148,8 +149,7 @@ class WordPieceTokenizer:
     ) -> WordPieceTokenizer:
         """Loads a BERT `vocab.txt` (UTF-8, one token per line, id = line number)."""
         try:
-            with open(path, "rb") as f:
-                raw = f.read()
+            raw = paths.as_path(path).read_bytes()
         except FileNotFoundError:
             raise MissingFileError(f"WordPiece vocabulary {path} does not exist") from None
         try:

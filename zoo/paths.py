@@ -1,0 +1,181 @@
+"""Where a path the user names (workdir, cache_dir, data_dir, a tokenizer, init_from) becomes an
+`etils.epath.Path`, local or `gs://bucket/...`, and the few writes that differ between the two.
+
+Everything below zoo reads and writes such paths through the `epath.Path` this returns:
+epath sends `gs://` to gcsfs (TensorFlow is not installed), orbax writes arrays to it through
+tensorstore's own GCS driver, and local paths keep `os.path.expanduser` semantics as before.
+
+What differs on GCS, and is handled here:
+- No atomic rename: `rename` is a copy then a delete (and gcsfs's moveTo request can cost
+  retries on servers without it). But one object upload is atomic: readers see the old object
+  or the whole new one. So `write_atomic` uploads the final name directly there, and keeps
+  temp-file + `os.replace` locally.
+- No append: see zoo.train.metrics for how metrics.jsonl is written.
+- Listings are cached by gcsfs per process; another process (a second host, a resumed run)
+  writes the same directories, so the cache is turned off: a stale listing would hide a
+  checkpoint another host just committed.
+- A wrong bucket, no server or no credentials would otherwise surface deep inside a library,
+  after minutes of retries; `check_remote` probes once, quickly, and names the config key.
+"""
+
+import contextlib
+import os
+import shutil
+import socket
+import tempfile
+import urllib.parse
+from collections.abc import Iterator
+
+import fsspec
+from etils import epath
+
+from zoo import errors
+
+# gcsfs registers as both "gs" and "gcs"; fsspec applies conf[protocol] to new instances.
+for _protocol in ("gs", "gcs"):
+    fsspec.config.conf.setdefault(_protocol, {}).setdefault("use_listings_cache", False)
+
+PathLike = str | os.PathLike
+
+
+def is_remote(path: PathLike) -> bool:
+    """True for a URL with a scheme (gs://...), False for a local path."""
+    return "://" in os.fspath(path)
+
+
+def as_path(path: PathLike) -> epath.Path:
+    """The one way a user's path becomes a Path: gs://... as given, a local path with ~ expanded
+    and made absolute (orbax and error messages want absolute local paths)."""
+    text = os.fspath(path)
+    if is_remote(text):
+        return epath.Path(text)
+    return epath.Path(os.path.abspath(os.path.expanduser(text)))
+
+
+def join(path: PathLike, *parts: str) -> str:
+    """`os.path.join` for a path that may be gs://...: a string, for config values and
+    messages."""
+    return os.fspath(as_path(path).joinpath(*parts)) if parts else os.fspath(as_path(path))
+
+
+def write_atomic(path: PathLike, data: bytes | str) -> None:
+    """Writes `data` to `path` so a reader (or a process killed mid-write) sees either nothing,
+    the old content, or all of the new, never a part. Creates the parent directory."""
+    path = as_path(path)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if is_remote(path):
+        path.write_bytes(raw)  # one object upload: it appears whole or not at all
+        return
+    fd, tmp = tempfile.mkstemp(dir=os.fspath(path.parent), prefix=path.name + ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+        os.chmod(tmp, 0o644)  # mkstemp makes the file owner-only; results are for sharing
+        os.replace(tmp, os.fspath(path))
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+@contextlib.contextmanager
+def local_copy(path: PathLike) -> Iterator[str]:
+    """A local filename holding `path`'s bytes, for libraries that only open local files
+    (sentencepiece): the file itself when local, a temporary copy of the object otherwise."""
+    path = as_path(path)
+    if not is_remote(path):
+        yield os.fspath(path)
+        return
+    with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
+        local = os.path.join(tmp, path.name)
+        with path.open("rb") as src, open(local, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        yield local
+
+
+@contextlib.contextmanager
+def local_tree(path: PathLike) -> Iterator[str]:
+    """A local directory holding `path`'s files: the directory itself when local, else a
+    temporary download of every object under it (for readers built on local files: a
+    Hugging Face or google-research checkpoint read by zoo.hf)."""
+    if not is_remote(path):
+        yield os.fspath(as_path(path))
+        return
+    with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
+        local = os.path.join(tmp, as_path(path).name)
+        root = os.fspath(path).split("://", 1)[1].rstrip("/")
+        for name in fsspec.filesystem("gs").find(root):
+            target = os.path.join(local, name[len(root):].lstrip("/"))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "wb") as f:
+                f.write(as_path("gs://" + name).read_bytes())
+        yield local
+
+
+def move_tree(src: PathLike, dst: PathLike) -> None:
+    """Moves the directory `src` to `dst` (which must not exist; both local or both in GCS):
+    one atomic rename locally; on
+    GCS, which has no directories and no rename, each object is copied, then `src` deleted (a
+    process killed between the two leaves both, never neither)."""
+    src, dst = as_path(src), as_path(dst)
+    if not is_remote(src):
+        os.replace(os.fspath(src), os.fspath(dst))
+        return
+    # fsspec's find lists every object below a prefix in one request (epath's walk and rglob
+    # give paths without their gs:// or refuse `**`); its names carry no scheme.
+    root = os.fspath(src).split("://", 1)[1].rstrip("/")
+    for name in fsspec.filesystem("gs").find(root):
+        target = dst / name[len(root):].lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(as_path("gs://" + name).read_bytes())
+    src.rmtree()
+
+
+def bucket_of(path: PathLike) -> str:
+    """The bucket of a gs:// path ('gs://b/x/y' -> 'b')."""
+    return os.fspath(path).split("://", 1)[1].split("/", 1)[0]
+
+
+def check_remote(path: PathLike, key: str) -> None:
+    """For a gs:// path: a UserError at once, naming `key`, when its bucket cannot be reached
+    (no such bucket, no server, no credentials). Local paths are left to their own checks.
+
+    gcsfs retries a refused connection for over a minute (6 tries, backoff fixed when the class
+    is defined); a plain TCP connection to the endpoint first makes a wrong
+    STORAGE_EMULATOR_HOST or an offline machine fail in seconds."""
+    text = os.fspath(path)
+    if not is_remote(text):
+        return
+    if not text.startswith("gs://"):
+        raise errors.ConfigError(
+            f"{key}={text}: only local paths and gs://bucket/... are supported")
+    bucket = bucket_of(text)
+    endpoint = os.environ.get("STORAGE_EMULATOR_HOST") or "https://storage.googleapis.com"
+    _check_connects(endpoint, f"{key}={text}")
+    try:
+        found = epath.Path(f"gs://{bucket}").exists()
+    except Exception as e:  # noqa: BLE001 - google-auth and HTTP errors all mean "no access"
+        reason = " ".join(errors.message(e).split())[:300]
+        raise errors.UserError(
+            f"{key}={text}: cannot use bucket {bucket} at {endpoint} ({type(e).__name__}: "
+            f"{reason}); check your credentials (`gcloud auth application-default login` or "
+            f"GOOGLE_APPLICATION_CREDENTIALS) and that they may read and write the bucket") from e
+    if not found:
+        raise errors.MissingFileError(
+            f"{key}={text}: bucket {bucket} does not exist at {endpoint} (or these credentials "
+            f"cannot see it); create it (`gcloud storage buckets create gs://{bucket}`) or fix "
+            f"the name")
+
+
+def _check_connects(endpoint: str, where: str, timeout_s: float = 10.0) -> None:
+    url = urllib.parse.urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=timeout_s).close()
+    except OSError as e:
+        hint = ("is the emulator running? (STORAGE_EMULATOR_HOST is set)"
+                if os.environ.get("STORAGE_EMULATOR_HOST") else "is this machine online?")
+        raise errors.UserError(
+            f"{where}: cannot connect to {url.hostname}:{port} for Google Cloud Storage "
+            f"({e.strerror or e}); {hint}") from e
