@@ -133,8 +133,11 @@ def gcs(tmp_path_factory):
     from tests.gcs_server import GcsServer
 
     server = GcsServer(str(tmp_path_factory.mktemp("gcs")))
-    saved = {k: os.environ.get(k) for k in server.env()}
-    os.environ.update(server.env())
+    # Prepared data read from the bucket is mirrored locally: into this session's temp dir,
+    # never the user's ~/.cache.
+    env = {**server.env(), "ZOO_PREPARED_MIRROR": str(tmp_path_factory.mktemp("mirror"))}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     yield server
     for key, value in saved.items():
         if value is None:
