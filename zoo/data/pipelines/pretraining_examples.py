@@ -384,4 +384,6 @@ def shard_examples(docs: list[list[np.ndarray]], settings: Settings, shard: int,
             keys = masking_keys(settings.seed, (shard << 16) | dupe, np.arange(len(instances)))
             arrays.update(mask_batch(arrays["input_ids"], keys, spec, word_starts))
         passes.append({k: arrays[k].astype(names[k][0], copy=False) for k in names})
-    return {k: np.concatenate([p[k] for p in passes]) for k in names}
+    # Feature by feature, each pass's array dropped once copied: the peak is the shard plus one
+    # feature, not two shards (preparation memory is per worker, on hosts of hundreds of cores).
+    return {k: np.concatenate([p.pop(k) for p in passes]) for k in names}

@@ -61,7 +61,7 @@ def plan_pieces(cfg: ml_collections.ConfigDict, split: str, num_pieces: int = 1
     if cfg.source == "text":
         key = "config.data.train_files" if split == "train" else "config.data.eval_files"
         patterns = cfg.train_files if split == "train" else cfg.eval_files
-        shard_mb = cfg.get("shard_mb", 16)
+        shard_mb = cfg.get("shard_mb", 4)
         if not isinstance(shard_mb, (int, float)) or shard_mb <= 0:
             raise ConfigError(f"config.data.shard_mb={shard_mb!r} must be a number > 0 "
                               "(megabytes of text per prepared shard)")
