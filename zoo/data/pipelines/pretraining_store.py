@@ -87,14 +87,15 @@ def done_shards(directory: epath.Path) -> dict[int, dict]:
 # Reading.
 
 
-def mirror_root() -> str:
+def _mirror_root() -> str:
     """Where files from a bucket are mirrored: $ZOO_PREPARED_MIRROR, else ~/.cache/zoo/prepared."""
     return os.environ.get(MIRROR_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "zoo",
                                                       "prepared")
 
 
-def local_copy(path: str) -> str:
-    """`path` itself when local; else a local mirror of the finished bucket directory.
+def local_mirror(path: str) -> str:
+    """`path` itself when local; else a local mirror of the finished bucket directory: every
+    host reads rows of every shard (the order is a global shuffle), so each mirrors it whole.
 
     The mirror lives under $ZOO_PREPARED_MIRROR (default ~/.cache/zoo/prepared), keyed by the
     URL and the manifest's content, and is filled file by file under temporary names, so an
@@ -105,15 +106,15 @@ def local_copy(path: str) -> str:
     remote = paths.as_path(path)
     try:
         manifest = (remote / MANIFEST).read_bytes()
-    except (OSError, FileNotFoundError) as e:
+        fields = json.loads(manifest)
+        names = [WORD_STARTS] + [shard_file(f, s) for s in range(len(fields["shard_rows"]))
+                                 for f in fields["features"]]
+    except (OSError, ValueError, KeyError, TypeError) as e:
         raise corrupt(path, f"unreadable manifest {remote / MANIFEST}: {e}") from None
     # Named by the URL and the manifest: a directory prepared again gets a new mirror.
-    local = os.path.join(mirror_root(), hashlib.sha256(path.encode() + b"\x00" + manifest)
+    local = os.path.join(_mirror_root(), hashlib.sha256(path.encode() + b"\x00" + manifest)
                          .hexdigest()[:20])
     os.makedirs(local, exist_ok=True)
-    fields = json.loads(manifest)
-    names = [WORD_STARTS] + [shard_file(f, s) for s in range(len(fields["shard_rows"]))
-                             for f in fields["features"]]
     for name in names:
         target = os.path.join(local, name)
         if not os.path.exists(target):
@@ -137,7 +138,7 @@ class PretrainingSource:
 
     def __init__(self, path: str):
         self.path = path
-        local = local_copy(path)
+        local = local_mirror(path)
         manifest_path = os.path.join(local, MANIFEST)
         try:
             with open(manifest_path) as f:
