@@ -49,6 +49,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         vocab_size=2048 if tiny else 30522,
         lowercase=True,
         cache_dir="",  # '' = <workdir>/data
+        # Written by `python -m zoo.commands.prepare` (local or gs://); '' = featurize in the job.
+        prepared_dir="",
         seq_len=128 if tiny else 384,
         doc_stride=64 if tiny else 128,
         max_query_length=32 if tiny else 64,

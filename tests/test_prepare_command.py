@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tests.train import multihost
@@ -91,3 +92,36 @@ def test_the_command_refuses_other_jobs(tmp_path):
                 f"--workdir={tmp_path}")
     assert proc.returncode == 1 and "config.task='lm'" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_squad_features_prepared_once_equal_the_jobs_own(tmp_path):
+    from configs import squad as squad_config
+    from zoo.errors import ConfigError
+    from zoo.tasks.squad import SquadTask
+
+    prepared = str(tmp_path / "prepared")
+    small = ["--config.data.synthetic_entities=150", "--config.data.vocab_size=256"]
+    proc = _run("-m", "zoo.commands.prepare", "--config=configs/squad.py:size=tiny",
+                f"--workdir={tmp_path / 'w'}", *small, f"--config.data.prepared_dir={prepared}")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "train and" in proc.stdout and "validation windows" in proc.stdout
+
+    def config(**data):
+        c = squad_config.get_config("size=tiny")
+        c.data.update(synthetic_entities=150, vocab_size=256, **data)
+        return c
+
+    own = SquadTask(config(), str(tmp_path / "w"))  # featurized here, same cache_dir
+    read = SquadTask(config(prepared_dir=prepared), str(tmp_path / "elsewhere"))
+    assert not os.path.exists(tmp_path / "elsewhere")  # nothing featurized or trained there
+    for rows in ("train_rows", "eval_rows"):
+        mine, theirs = getattr(own, rows), getattr(read, rows)
+        assert sorted(mine) == sorted(theirs)
+        for k in mine:
+            np.testing.assert_array_equal(mine[k], theirs[k])
+    for k in own.eval_features:
+        np.testing.assert_array_equal(own.eval_features[k], read.eval_features[k])
+    assert read.eval_examples == own.eval_examples
+    assert read.tokenizer.encode("Who is the mayor?") == own.tokenizer.encode("Who is the mayor?")
+    with pytest.raises(ConfigError, match=r"config.data.doc_stride=32 \(prepared with 64\)"):
+        SquadTask(config(prepared_dir=prepared, doc_stride=32), str(tmp_path / "x"))

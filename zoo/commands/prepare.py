@@ -1,5 +1,5 @@
-"""Prepares a BERT pretraining job's data once, then exits; train.py with the same config only
-reads it (never re-tokenizes).
+"""Prepares a BERT pretraining job's data (or a SQuAD job's features) once, then exits; train.py
+with the same config only reads it (never re-tokenizes).
 
     python -m zoo.commands.prepare --config=configs/bert_pretrain.py:size=base \\
         --workdir=gs://BUCKET/run --config.data.prepared_dir=gs://BUCKET/bert-data \\
@@ -19,15 +19,18 @@ import jax
 from zoo.commands import cli
 from zoo.data.pipelines import pretraining_data
 from zoo.errors import ConfigError
+from zoo.tasks import squad
 from zoo.tasks.base import data_cache_dir
 
 
 def main(config, workdir: str) -> None:
+    if config.task == "squad":
+        return _prepare_squad(config, workdir)
     if config.task != "mlm_nsp":
         raise ConfigError(
             f"config.task={config.task!r}: the prepare command prepares BERT pretraining data "
-            "(configs/bert_pretrain.py, task 'mlm_nsp'); other jobs prepare their data "
-            "themselves when train.py starts")
+            "(configs/bert_pretrain.py, task 'mlm_nsp') and SQuAD features (configs/squad.py); "
+            "other jobs prepare their data themselves when train.py starts")
     data = config.data
     index, count = jax.process_index(), jax.process_count()
     prefix = f"prepare [process {index}/{count}]" if count > 1 else "prepare"
@@ -47,6 +50,18 @@ def main(config, workdir: str) -> None:
                f"shards at {source.path}")
     report(f"done in {time.perf_counter() - start:.1f} s; train with the same flags"
            + (" (config.data.prepared_dir set)" if data.prepared_dir else ""))
+
+
+def _prepare_squad(config, workdir: str) -> None:
+    if not config.data.prepared_dir:
+        raise ConfigError("config.data.prepared_dir is empty: give the directory (local or "
+                          "gs://) to write the SQuAD features into")
+    start = time.perf_counter()
+    if jax.process_index() == 0:  # one pass over SQuAD is minutes at most: no sharing needed
+        settings = squad.prepare_data(config, workdir, config.data.prepared_dir)
+        print(f"prepare: {settings['train_windows']:,} train and "
+              f"{settings['validation_windows']:,} validation windows at "
+              f"{config.data.prepared_dir} in {time.perf_counter() - start:.1f} s", flush=True)
 
 
 if __name__ == "__main__":

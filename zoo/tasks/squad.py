@@ -14,13 +14,15 @@ import ml_collections
 import numpy as np
 
 from zoo import paths
+from zoo.data.pipelines import pretraining_data, squad_prepared
 from zoo.data.readers import squad
 from zoo.data.synthetic import squad as synthetic_squad
-from zoo.errors import ConfigError
+from zoo.data.tokenizers import prepared as saved_tokenizer
+from zoo.errors import ConfigError, MissingFileError
 from zoo.eval import squad as squad_eval
 from zoo.models import bert
 from zoo.tasks import bert_encoder
-from zoo.tasks.base import Batch, Task, write_once
+from zoo.tasks.base import Batch, Task, data_cache_dir, write_once
 from zoo.train import dry_run
 from zoo.train.losses import cross_entropy_sums
 
@@ -55,22 +57,93 @@ def load_examples(data: ml_collections.ConfigDict, split: str, cache_dir: str) -
         f"config.data.source must be 'synthetic', 'json' or 'tfds', got {data.source!r}")
 
 
+def _windows(data: ml_collections.ConfigDict) -> dict:
+    return dict(max_seq_length=data.seq_len, doc_stride=data.doc_stride,
+                max_query_length=data.max_query_length)
+
+
+# What shapes prepared features, as config.data keys: a prepared directory must match them all.
+_PREPARED_KEYS = ("source", "version", "seed", "synthetic_entities", "train_file", "eval_file",
+                  "seq_len", "doc_stride", "max_query_length")
+
+
+def _tokenizer_file(config: ml_collections.ConfigDict, cache_dir: str) -> tuple[str, bytes]:
+    """(name, bytes) of the tokenizer file bert_encoder.tokenizer loaded: config.data.tokenizer,
+    the pretrained directory's vocab.txt, or the SentencePiece model trained into cache_dir."""
+    data = config.data
+    directory = bert_encoder.pretrained_directory(config)
+    if data.tokenizer:
+        path = paths.as_path(data.tokenizer)
+    elif directory:
+        path = paths.as_path(directory) / "vocab.txt"
+    else:
+        path = paths.as_path(cache_dir) / f"spm-{data.tokenizer_type}-{data.vocab_size}.model"
+    if path.is_dir():
+        raise ConfigError(f"config.data.tokenizer={data.tokenizer!r} is a directory; prepared "
+                          "features take a tokenizer file (a .model or a vocab.txt)")
+    return path.name, path.read_bytes()
+
+
+def prepare_data(config: ml_collections.ConfigDict, workdir: str, directory: str) -> dict:
+    """Featurizes both splits once into `directory` (zoo.data.pipelines.squad_prepared) for
+    `python -m zoo.commands.prepare`; returns the saved settings (with the window counts)."""
+    data = config.data
+    cache_dir = data_cache_dir(config, workdir)
+    train_examples = load_examples(data, "train", cache_dir)
+    eval_examples = load_examples(data, "validation", cache_dir)
+    texts = (sorted({ex["context"] for ex in train_examples})
+             + [ex["question"] for ex in train_examples])
+    tokenizer = bert_encoder.tokenizer(config, cache_dir, texts)
+    root = paths.as_path(directory)
+    name, content = _tokenizer_file(config, cache_dir)
+    saved_tokenizer.save(root / "tokenizer", name, content, data.get("lowercase", True))
+    window = dict(_windows(data), is_training=True)
+    settings = {k: data[k] for k in _PREPARED_KEYS}
+    squad_prepared.write(root, settings, squad.featurize(train_examples, tokenizer, **window),
+                         squad.featurize(eval_examples, tokenizer, **window), eval_examples)
+    return squad_prepared.read(root)[0]
+
+
+def _open_prepared(data: ml_collections.ConfigDict):
+    root = paths.as_path(data.prepared_dir)
+    if not squad_prepared.finished(root):
+        raise MissingFileError(
+            f"config.data.prepared_dir={data.prepared_dir!r} holds no finished preparation "
+            f"({root / squad_prepared.SETTINGS} is missing); run `python -m "
+            "zoo.commands.prepare` with this config first (or set config.data.prepared_dir='')")
+    settings, train, validation, examples = squad_prepared.read(root)
+    differ = [f"config.data.{k}={data[k]!r} (prepared with {settings.get(k)!r})"
+              for k in _PREPARED_KEYS if settings.get(k) != data[k]]
+    if differ:
+        raise ConfigError(
+            f"config.data.prepared_dir={data.prepared_dir!r} was prepared with other settings: "
+            f"{'; '.join(differ)}. Set those keys as prepared, or prepare again into another "
+            "directory with this config")
+    pretraining_data.check_tokenizer(data, root / "tokenizer")
+    return saved_tokenizer.load(root / "tokenizer"), train, validation, examples
+
+
 class SquadTask(Task):
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         super().__init__(config, workdir)
         data = config.data
-        cache_dir = self.data_cache_dir()
-        self.train_examples = load_examples(data, "train", cache_dir)
-        self.eval_examples = load_examples(data, "validation", cache_dir)
-        contexts = sorted({ex["context"] for ex in self.train_examples})
-        questions = [ex["question"] for ex in self.train_examples]
-        self.tokenizer = bert_encoder.tokenizer(config, cache_dir, contexts + questions)
-        window = dict(max_seq_length=data.seq_len, doc_stride=data.doc_stride,
-                      max_query_length=data.max_query_length, is_training=True)
-        self.train_rows = self._rows(squad.featurize(self.train_examples, self.tokenizer,
-                                                     **window))
-        # Eval windows carry labels too (the windows are identical either way) for eval loss.
-        self.eval_features = squad.featurize(self.eval_examples, self.tokenizer, **window)
+        if data.get("prepared_dir", ""):
+            # Prepared by `python -m zoo.commands.prepare`: read, never featurized again.
+            self.tokenizer, train, self.eval_features, self.eval_examples = \
+                _open_prepared(data)
+        else:
+            cache_dir = self.data_cache_dir()
+            self.train_examples = load_examples(data, "train", cache_dir)
+            self.eval_examples = load_examples(data, "validation", cache_dir)
+            contexts = sorted({ex["context"] for ex in self.train_examples})
+            questions = [ex["question"] for ex in self.train_examples]
+            self.tokenizer = bert_encoder.tokenizer(config, cache_dir, contexts + questions)
+            window = dict(_windows(data), is_training=True)
+            train = squad.featurize(self.train_examples, self.tokenizer, **window)
+            # Eval windows carry labels too (the windows are identical either way) for eval
+            # loss.
+            self.eval_features = squad.featurize(self.eval_examples, self.tokenizer, **window)
+        self.train_rows = self._rows(train)
         self.eval_rows = self._rows(self.eval_features)
         self.model_config = bert_encoder.encoder_config(config, self.tokenizer.vocab_size)
         self.model = bert.BertForQuestionAnswering(self.model_config)

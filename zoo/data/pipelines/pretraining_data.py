@@ -22,12 +22,11 @@ from zoo.data.pipelines.pretraining_examples import Settings
 from zoo.data.pipelines.pretraining_store import PretrainingSource
 from zoo.data.readers import sources
 from zoo.data.tokenizers import base as tokenizers
-from zoo import paths
+from zoo.data.tokenizers import prepared as saved_tokenizer
 from zoo.errors import ConfigError, MissingFileError
 from zoo.paths import as_path
 
 TOKENIZER_DIR = "tokenizer"
-_TOKENIZER_INFO = "tokenizer.json"
 _SPLITS = ("train", "validation")
 # Settings field -> the config.data key it comes from (for messages naming the key).
 _KEYS = {
@@ -90,8 +89,7 @@ def prepare(data: ml_collections.ConfigDict, cache_dir: str, output_dir: str = "
 
 
 def _write_tokenizer(data, directory, train_pieces, process_index: int, report):
-    info_path = directory / _TOKENIZER_INFO
-    if process_index == 0 and not info_path.exists():
+    if process_index == 0 and not saved_tokenizer.exists(directory):
         directory.mkdir(parents=True, exist_ok=True)
         if data.tokenizer:
             source = as_path(data.tokenizer)
@@ -116,22 +114,22 @@ def _write_tokenizer(data, directory, train_pieces, process_index: int, report):
                 trained.save(os.path.join(tmp, name))
                 with open(os.path.join(tmp, name), "rb") as f:
                     content = f.read()
-        paths.write_atomic(directory / name, content)
-        pretraining_store.write_json(info_path, {"file": name,
-                                                 "lowercase": bool(data.get("lowercase", True))})
-    pretraining._wait_for(info_path.exists, 2.0, report,
-                          f"waiting for process 0 to write {info_path}")
-    return load_tokenizer(directory)
+        saved_tokenizer.save(directory, name, content, data.get("lowercase", True))
+    pretraining._wait_for(lambda: saved_tokenizer.exists(directory), 2.0, report,
+                          f"waiting for process 0 to write {directory / saved_tokenizer.INFO}")
+    return saved_tokenizer.load(directory)
 
 
-def load_tokenizer(directory):
-    """The tokenizer saved in a prepared directory's tokenizer/ (through a local copy when the
-    directory is in a bucket: SentencePiece reads only local files)."""
-    directory = as_path(directory)
-    info = pretraining_store.read_json(directory / _TOKENIZER_INFO)
-    # Both tokenizer kinds read their file whole when loaded: a temporary copy is enough.
-    with paths.local_copy(directory / info["file"]) as local:
-        return tokenizers.load_tokenizer(local, lowercase=info["lowercase"])
+def check_tokenizer(data: ml_collections.ConfigDict, directory) -> None:
+    """A config.data.tokenizer that is not the one the data was prepared with: a ConfigError."""
+    if not data.get("tokenizer", ""):
+        return
+    prepared, given = saved_tokenizer.file_of(directory), as_path(data.tokenizer)
+    if not given.is_file() or given.read_bytes() != prepared.read_bytes():
+        raise ConfigError(
+            f"config.data.tokenizer={data.tokenizer!r} is not the tokenizer "
+            f"{data.prepared_dir} was prepared with ({prepared}); set config.data.tokenizer='' "
+            "to use the prepared one, or prepare again")
 
 
 def open_prepared(data: ml_collections.ConfigDict) -> PretrainingData:
@@ -155,14 +153,6 @@ def open_prepared(data: ml_collections.ConfigDict) -> PretrainingData:
                 f"config.data.prepared_dir={data.prepared_dir!r} was prepared with other "
                 f"settings: {'; '.join(differ)}. Set those keys as prepared, or prepare again "
                 "into another directory with this config")
-    if data.tokenizer:
-        info = pretraining_store.read_json(root / TOKENIZER_DIR / _TOKENIZER_INFO)
-        given = as_path(data.tokenizer)
-        if (not given.is_file() or given.read_bytes()
-                != (root / TOKENIZER_DIR / info["file"]).read_bytes()):
-            raise ConfigError(
-                f"config.data.tokenizer={data.tokenizer!r} is not the tokenizer "
-                f"{data.prepared_dir} was prepared with ({root / TOKENIZER_DIR / info['file']}); "
-                "set config.data.tokenizer='' to use the prepared one, or prepare again")
-    tokenizer = load_tokenizer(root / TOKENIZER_DIR)
+    check_tokenizer(data, root / TOKENIZER_DIR)
+    tokenizer = saved_tokenizer.load(root / TOKENIZER_DIR)
     return PretrainingData(tokenizer, found["train"], found["validation"])

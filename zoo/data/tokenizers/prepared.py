@@ -1,0 +1,39 @@
+"""A tokenizer file kept inside a prepared data directory (local or gs://), beside the examples
+it made, so training reads the exact tokenizer the data was prepared with.
+
+    <directory>/<file>            a SentencePiece .model or a WordPiece vocab.txt
+    <directory>/tokenizer.json    {"file": ..., "lowercase": ...}, written last
+"""
+
+import json
+
+from zoo import paths
+from zoo.data.tokenizers import base as tokenizers
+
+INFO = "tokenizer.json"
+
+
+def save(directory, name: str, content: bytes, lowercase: bool) -> None:
+    """Writes the tokenizer file, then the record naming it (its presence means complete)."""
+    directory = paths.as_path(directory)
+    paths.write_atomic(directory / name, content)
+    paths.write_atomic(directory / INFO, json.dumps({"file": name, "lowercase": bool(lowercase)}))
+
+
+def exists(directory) -> bool:
+    return (paths.as_path(directory) / INFO).exists()
+
+
+def file_of(directory):
+    """The saved tokenizer file's path."""
+    directory = paths.as_path(directory)
+    return directory / json.loads((directory / INFO).read_text())["file"]
+
+
+def load(directory) -> tokenizers.Tokenizer:
+    """The saved tokenizer (through a local copy when the directory is in a bucket:
+    SentencePiece reads only local files; both kinds read their file whole when loaded)."""
+    directory = paths.as_path(directory)
+    info = json.loads((directory / INFO).read_text())
+    with paths.local_copy(directory / info["file"]) as local:
+        return tokenizers.load_tokenizer(local, lowercase=info["lowercase"])
