@@ -3,11 +3,13 @@
 zoo.data.pipelines.pretraining_examples documents the one deliberate difference, the count).
 
 Two drivers of the same rules:
-  * `mask_tokens` / `mask_example`: one row from a numpy Generator (static masks, made once when
-    a cache is prepared, from the shard's rng);
-  * `mask_batch`: a whole batch from per-row keys (`masking_keys(seed, epoch, index)`) through a
-    counter-based hash (dynamic masks, drawn as batches are built), so a row's mask is a pure
-    function of its key whatever batch, worker or process it falls in.
+  * `mask_batch`: a whole batch from per-row keys through a counter-based hash, so a row's mask
+    is a pure function of its key whatever batch, worker or process it falls in. Both kinds of
+    masks use it: static ones when a shard is prepared (keys of seed, shard, pass and row),
+    dynamic ones as batches are built (`masking_keys(seed, epoch, index)`);
+  * `mask_tokens` / `mask_example`: one row from a numpy Generator, the rules written plainly,
+    one row at a time; the pipeline no longer calls them, the tests hold `mask_batch` to the
+    same statistics with them.
 """
 
 from __future__ import annotations

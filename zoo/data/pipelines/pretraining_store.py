@@ -133,7 +133,7 @@ class PretrainingSource:
 
     Rows are read through memory maps, so opening a large directory costs nothing. Every row
     carries example_weight = 1.0 (padding rows built from zeros get 0). `dynamic` rows hold no
-    masked-LM features yet; `mask_example` with `masking` and `word_starts` adds them.
+    masked-LM features yet; `mask_batch` with `masking` and `word_starts` adds them.
     """
 
     def __init__(self, path: str):
