@@ -36,8 +36,9 @@ def _keyed(ids, rng, prob=0.15, max_predictions=20, *, vocab_size, special_ids, 
     return masking.MaskedLM(**{k: v[0] for k, v in out.items()})
 
 
-# Static masks (mask_tokens, a Generator) and dynamic ones (mask_batch, counter-based keys)
-# must follow the same distribution: every masking test runs on both.
+# mask_tokens (a Generator per row, the rules written plainly) and mask_batch (a Philox stream
+# per row key: the pipeline's static and dynamic masks) must follow the same distribution:
+# every masking test runs on both.
 MASKERS = pytest.mark.parametrize("masker", [masking.mask_tokens, _keyed],
                                   ids=["mask_tokens", "mask_batch"])
 
