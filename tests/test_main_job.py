@@ -108,7 +108,7 @@ def test_classification_beats_the_majority_class(quickstart, task, strategy, ste
     # fine-tuned: measured 52.3% after 500 steps and 59.9% after 1,000 vs the majority's 33.3%
     # (a linear probe on the frozen pooled vector: 39.5%). relation (19 classes, lexical) is
     # read off frozen features (full fine-tuning: 100%) by a probe trained to its plateau:
-    # 2,000 steps (~40 s); at 600 it was still climbing. Pretrained encoders measured 71-87%
+    # 2,000 steps (~20 s); at 600 it was still climbing. Pretrained encoders measured 71-87%
     # at 2,000 steps vs the majority's 23.2% (60-80% at 600); encoders pretrained on the
     # defective hashed masks of 38ed588 plateau at 61-64% and fail.
     workdir, _ = quickstart
