@@ -5,9 +5,8 @@ zoo.data.pipelines.pretraining_examples documents the one deliberate difference,
 Two drivers of the same rules:
   * `mask_batch`: a whole batch, each row drawn from its own Philox stream keyed by the row's
     key, so a row's mask is a pure function of its key whatever batch, worker or process it
-    falls in. Both kinds of
-    masks use it: static ones when a shard is prepared (keys of seed, shard, pass and row),
-    dynamic ones as batches are built (`masking_keys(seed, epoch, index)`);
+    falls in. Both kinds of masks use it: static ones when a shard is prepared (keys of seed,
+    shard, pass and row), dynamic ones as batches are built (`masking_keys(seed, epoch, index)`);
   * `mask_tokens` / `mask_example`: one row from a numpy Generator, the rules written plainly,
     one row at a time; the pipeline no longer calls them, the tests hold `mask_batch` to the
     same statistics with them.
@@ -258,13 +257,14 @@ def mask_batch(input_ids: np.ndarray, keys: np.ndarray, spec: MaskingSpec,
     # np.round halves to even, as Python's round in mask_tokens.
     num = np.where(n > 0, np.minimum(p, np.maximum(1, np.round(n * spec.masked_lm_prob))), 0)
     rows = np.arange(batch)[:, None]
-    # Per row: a selection draw per position, then a (kind, replacement) draw per target slot.
-    generators = [_row_generator(k) for k in keys]
-    order = np.stack([g.random(length) for g in generators]) if batch else np.zeros(ids.shape)
-    u = np.stack([g.random(p) for g in generators]) if batch else np.zeros((0, p))
+    # Per row, from its own stream: a selection draw per position, then per target slot a kind
+    # draw (mask / keep / random) and a replacement id.
+    order, u = np.empty(ids.shape), np.empty((batch, p))
+    draws = np.empty((batch, p), np.int64)
     m = spec.vocab_size - len(drawable)
-    draws = (np.stack([g.integers(m, size=p) for g in generators]) if batch
-             else np.zeros((0, p), np.int64))
+    for b, key in enumerate(keys):
+        g = _row_generator(key)
+        order[b], u[b], draws[b] = g.random(length), g.random(p), g.integers(m, size=p)
     if spec.whole_word:
         if word_start_table is None:
             raise ValueError("mask_batch with whole_word needs word_start_table")
