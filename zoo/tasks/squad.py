@@ -57,11 +57,6 @@ def load_examples(data: ml_collections.ConfigDict, split: str, cache_dir: str) -
         f"config.data.source must be 'synthetic', 'json' or 'tfds', got {data.source!r}")
 
 
-def _windows(data: ml_collections.ConfigDict) -> dict:
-    return dict(max_seq_length=data.seq_len, doc_stride=data.doc_stride,
-                max_query_length=data.max_query_length)
-
-
 # What shapes prepared features, as config.data keys: a prepared directory must match them all.
 _PREPARED_KEYS = ("source", "version", "seed", "synthetic_entities", "train_file", "eval_file",
                   "seq_len", "doc_stride", "max_query_length")
@@ -89,19 +84,29 @@ def prepare_data(config: ml_collections.ConfigDict, workdir: str, directory: str
     `python -m zoo.commands.prepare`; returns the saved settings (with the window counts)."""
     data = config.data
     cache_dir = data_cache_dir(config, workdir)
+    _, train, eval_features, eval_examples = _featurize(config, cache_dir)
+    root = paths.as_path(directory)
+    name, content = _tokenizer_file(config, cache_dir)
+    saved_tokenizer.save(root / "tokenizer", name, content, data.get("lowercase", True))
+    settings = {k: data[k] for k in _PREPARED_KEYS}
+    squad_prepared.write(root, settings, train, eval_features, eval_examples)
+    return squad_prepared.read(root)[0]
+
+
+def _featurize(config: ml_collections.ConfigDict, cache_dir: str):
+    """(tokenizer, train windows, eval windows, eval examples) from the config's data: the
+    tokenizer from the train contexts and questions (bert_encoder.tokenizer), both splits
+    featurized with labels (the eval windows are identical either way; labels give eval loss)."""
+    data = config.data
     train_examples = load_examples(data, "train", cache_dir)
     eval_examples = load_examples(data, "validation", cache_dir)
     texts = (sorted({ex["context"] for ex in train_examples})
              + [ex["question"] for ex in train_examples])
     tokenizer = bert_encoder.tokenizer(config, cache_dir, texts)
-    root = paths.as_path(directory)
-    name, content = _tokenizer_file(config, cache_dir)
-    saved_tokenizer.save(root / "tokenizer", name, content, data.get("lowercase", True))
-    window = dict(_windows(data), is_training=True)
-    settings = {k: data[k] for k in _PREPARED_KEYS}
-    squad_prepared.write(root, settings, squad.featurize(train_examples, tokenizer, **window),
-                         squad.featurize(eval_examples, tokenizer, **window), eval_examples)
-    return squad_prepared.read(root)[0]
+    window = dict(max_seq_length=data.seq_len, doc_stride=data.doc_stride,
+                  max_query_length=data.max_query_length, is_training=True)
+    return (tokenizer, squad.featurize(train_examples, tokenizer, **window),
+            squad.featurize(eval_examples, tokenizer, **window), eval_examples)
 
 
 def _open_prepared(data: ml_collections.ConfigDict):
@@ -132,17 +137,8 @@ class SquadTask(Task):
             self.tokenizer, train, self.eval_features, self.eval_examples = \
                 _open_prepared(data)
         else:
-            cache_dir = self.data_cache_dir()
-            self.train_examples = load_examples(data, "train", cache_dir)
-            self.eval_examples = load_examples(data, "validation", cache_dir)
-            contexts = sorted({ex["context"] for ex in self.train_examples})
-            questions = [ex["question"] for ex in self.train_examples]
-            self.tokenizer = bert_encoder.tokenizer(config, cache_dir, contexts + questions)
-            window = dict(_windows(data), is_training=True)
-            train = squad.featurize(self.train_examples, self.tokenizer, **window)
-            # Eval windows carry labels too (the windows are identical either way) for eval
-            # loss.
-            self.eval_features = squad.featurize(self.eval_examples, self.tokenizer, **window)
+            self.tokenizer, train, self.eval_features, self.eval_examples = _featurize(
+                config, self.data_cache_dir())
         self.train_rows = self._rows(train)
         self.eval_rows = self._rows(self.eval_features)
         self.model_config = bert_encoder.encoder_config(config, self.tokenizer.vocab_size)
