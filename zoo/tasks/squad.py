@@ -89,8 +89,7 @@ def prepare_data(config: ml_collections.ConfigDict, workdir: str, directory: str
     name, content = _tokenizer_file(config, cache_dir)
     saved_tokenizer.save(root / "tokenizer", name, content, data.get("lowercase", True))
     settings = {k: data[k] for k in _PREPARED_KEYS}
-    squad_prepared.write(root, settings, train, eval_features, eval_examples)
-    return squad_prepared.read(root)[0]
+    return squad_prepared.write(root, settings, train, eval_features, eval_examples)
 
 
 def _featurize(config: ml_collections.ConfigDict, cache_dir: str):

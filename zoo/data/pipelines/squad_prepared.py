@@ -27,15 +27,17 @@ def _npz(arrays: dict[str, np.ndarray]) -> bytes:
 
 
 def write(directory, settings: dict, train: dict[str, np.ndarray],
-          validation: dict[str, np.ndarray], validation_examples: list[dict]) -> None:
+          validation: dict[str, np.ndarray], validation_examples: list[dict]) -> dict:
+    """Writes the directory, the settings file last; returns the settings written (with the
+    window counts)."""
     directory = paths.as_path(directory)
     paths.write_atomic(directory / "train.npz", _npz(train))
     paths.write_atomic(directory / "validation.npz", _npz(validation))
     paths.write_atomic(directory / "validation_examples.json", json.dumps(validation_examples))
-    paths.write_atomic(directory / SETTINGS, json.dumps({**settings,
-                                                         "train_windows": len(train["input_ids"]),
-                                                         "validation_windows": len(
-                                                             validation["input_ids"])}))
+    settings = {**settings, "train_windows": len(train["input_ids"]),
+                "validation_windows": len(validation["input_ids"])}
+    paths.write_atomic(directory / SETTINGS, json.dumps(settings))
+    return settings
 
 
 def finished(directory) -> bool:
