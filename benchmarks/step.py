@@ -53,6 +53,7 @@ from configs import gpt as gpt_job
 from zoo import errors
 from zoo.errors import ConfigError
 from zoo.models import bert
+from zoo.nn.recurrent import BACKENDS as RNN_BACKENDS
 from zoo.nn.recurrent import RNN
 from zoo.tasks import lm, mlm_nsp
 from zoo.tasks.base import Task
@@ -321,46 +322,62 @@ def time_alternating(calls: dict[str, Callable[[], Any]], *, warmup: int, repeat
             for name, t in times.items()}
 
 
-def bench_lstm(batch: int, steps_n: int, width: int, *, repeats: int, warmup: int,
-               peer_device: str | None) -> tuple[list[dict], dict]:
-    """Our one-layer LSTM (zoo.nn.recurrent.RNN, float32) on (batch, n, d) inputs: forward and
-    forward + backward (gradients of sum(outputs) w.r.t. params and inputs), beside
-    torch.nn.LSTM, the two timed in turns, call by call (`time_alternating`)."""
-    rnn = RNN(hidden_size=width, cell="lstm")
+def lstm_backends(platform: str) -> tuple[str, ...]:
+    """Our LSTM backends this platform runs: the portable scan everywhere, and the fused kernel
+    of the platform (zoo.nn.cpu_lstm on a CPU, cuDNN on a GPU)."""
+    return {"cpu": ("scan", "cpu_fused"), "gpu": ("scan", "cudnn")}.get(platform, ("scan",))
+
+
+def bench_lstm(batch: int, steps_n: int, width: int, *, backends: tuple[str, ...], repeats: int,
+               warmup: int, peer_device: str | None) -> tuple[list[dict], list[dict]]:
+    """Our one-layer LSTM (zoo.nn.recurrent.RNN, float32) on (batch, n, d) inputs with each of
+    `backends`: forward and forward + backward (gradients of sum(outputs) w.r.t. params and
+    inputs), beside torch.nn.LSTM, all timed in turns, call by call (`time_alternating`), so
+    every backend is compared with the same torch measurements. One row per backend."""
     x = jax.random.normal(jax.random.key(0), (batch, steps_n, width), jnp.float32)
-    params = nn.unbox(jax.jit(rnn.init)(jax.random.key(1), x))["params"]
+    params = nn.unbox(jax.jit(RNN(hidden_size=width).init)(jax.random.key(1), x))["params"]
+    calls = {}
+    for backend in backends:
+        rnn = RNN(hidden_size=width, cell="lstm", backend=backend)
 
-    def forward(p, inputs):
-        return rnn.apply({"params": p}, inputs)[0]  # (B, n, d)
+        def forward(p, inputs, rnn=rnn):
+            return rnn.apply({"params": p}, inputs)[0]  # (B, n, d)
 
-    forward_jit = jax.jit(forward)
-    backward = jax.jit(jax.grad(lambda p, inputs: forward(p, inputs).sum(), argnums=(0, 1)))
-    calls = {"forward": lambda: jax.block_until_ready(forward_jit(params, x)),
-             "train": lambda: jax.block_until_ready(backward(params, x))}
+        forward_jit = jax.jit(forward)
+        backward = jax.jit(jax.grad(lambda p, inputs, f=forward: f(p, inputs).sum(),
+                                    argnums=(0, 1)))
+        calls[(backend, "forward")] = lambda f=forward_jit: jax.block_until_ready(f(params, x))
+        calls[(backend, "train")] = lambda b=backward: jax.block_until_ready(b(params, x))
     theirs = None
     if peer_device is not None:
         theirs = peers.lstm_calls(batch, steps_n, width, device=peer_device)
-        calls |= {"peer_forward": theirs["forward"], "peer_train": theirs["train"]}
+        calls |= {("peer", "forward"): theirs["forward"], ("peer", "train"): theirs["train"]}
     t = time_alternating(calls, warmup=warmup, repeats=repeats)
     key = dict(batch=batch, n=steps_n, d=width)
-    records = [dict(key, kind="lstm_forward", **t["forward"]),
-               dict(key, kind="lstm_train", **t["train"])]
-    # The 1-minute load average: a 2-core box shared with test suites slows both sides, and
-    # torch's OpenMP threads far more than XLA's when oversubscribed.
-    row = dict(key, params=count_params(params), forward_s=t["forward"]["median_s"],
-               train_s=t["train"]["median_s"], load_avg_1m=os.getloadavg()[0])
-    if theirs is None:
-        return records, row
-    records += [dict(key, kind="peer_lstm_forward", peer=theirs["name"], **t["peer_forward"]),
-                dict(key, kind="peer_lstm_train", peer=theirs["name"], **t["peer_train"])]
-    row["peer"] = dict(
-        name=theirs["name"], params=theirs["params"],
-        forward_s=t["peer_forward"]["median_s"], train_s=t["peer_train"]["median_s"],
-        forward_ratio=_ratio(t["forward"]["median_s"], t["peer_forward"]["median_s"]),
-        train_ratio=_ratio(t["train"]["median_s"], t["peer_train"]["median_s"]),
-        train_ratio_min=_ratio(t["train"]["min_s"], t["peer_train"]["min_s"]),
-    )
-    return records, row
+    records, rows = [], []
+    if theirs is not None:
+        records += [dict(key, kind=f"peer_lstm_{p}", peer=theirs["name"], **t[("peer", p)])
+                    for p in ("forward", "train")]
+    for backend in backends:
+        ours = {p: t[(backend, p)] for p in ("forward", "train")}
+        records += [dict(key, kind=f"lstm_{p}", backend=backend, **ours[p])
+                    for p in ("forward", "train")]
+        # The 1-minute load average: a 2-core box shared with test suites slows both sides,
+        # and torch's OpenMP threads far more than XLA's when oversubscribed.
+        row = dict(key, backend=backend, params=count_params(params),
+                   forward_s=ours["forward"]["median_s"], train_s=ours["train"]["median_s"],
+                   load_avg_1m=os.getloadavg()[0])
+        if theirs is not None:
+            peer = {p: t[("peer", p)] for p in ("forward", "train")}
+            row["peer"] = dict(
+                name=theirs["name"], params=theirs["params"],
+                forward_s=peer["forward"]["median_s"], train_s=peer["train"]["median_s"],
+                forward_ratio=_ratio(ours["forward"]["median_s"], peer["forward"]["median_s"]),
+                train_ratio=_ratio(ours["train"]["median_s"], peer["train"]["median_s"]),
+                train_ratio_min=_ratio(ours["train"]["min_s"], peer["train"]["min_s"]),
+            )
+        rows.append(row)
+    return records, rows
 
 
 def _ints(text: str, flag: str) -> tuple[int, ...]:
@@ -405,6 +422,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps before timing")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), help="compute dtype")
     parser.add_argument("--lstm", help="LSTM shapes STEPSxWIDTH,... ('none' to skip)")
+    parser.add_argument("--lstm-backends",
+                        help="our LSTM backends to time, comma-separated (default: scan and the "
+                             "platform's fused kernel: cpu_fused on a CPU, cudnn on a GPU)")
     parser.add_argument("--lstm-repeats", type=int,
                         help="timed LSTM calls per side, ours and torch's in turns "
                              "(default: the preset's)")
@@ -429,6 +449,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.dtype = args.dtype or p["dtype"]
     args.lstm = p["lstm"] if args.lstm is None else _lstm_shapes(args.lstm)
     args.lstm_repeats = args.lstm_repeats or p["lstm_repeats"]
+    if args.lstm_backends is not None:
+        args.lstm_backends = tuple(args.lstm_backends.split(","))
+        unknown = [b for b in args.lstm_backends if b not in RNN_BACKENDS]
+        if unknown or not args.lstm_backends:
+            raise ConfigError(f"--lstm-backends={','.join(args.lstm_backends)!r}: choose from "
+                              f"{', '.join(RNN_BACKENDS)}")
     if args.batch is not None and args.batch < 1:
         raise ConfigError(f"--batch={args.batch} must be >= 1")
     if args.steps < 1 or args.warmup < 0 or args.lstm_repeats < 1:
@@ -491,16 +517,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 records += new
                 rows.append(row)
                 print("  " + step_report.row_line(row), flush=True)
+    backends = args.lstm_backends or lstm_backends(platform)
     for steps_n, width in args.lstm:
         batch = args.batch or PRESETS[args.preset]["lstm_batch"]
         print(f"lstm n {steps_n} d {width} batch {batch} ...", flush=True)
-        new, row = bench_lstm(batch, steps_n, width, repeats=args.lstm_repeats,
-                              warmup=args.warmup, peer_device=peer_device)
-        if peer_device is None:
-            row["peer"] = {"skipped": reason}
-        print("  " + step_report.lstm_line(row), flush=True)
+        new, backend_rows = bench_lstm(batch, steps_n, width, backends=backends,
+                                       repeats=args.lstm_repeats, warmup=args.warmup,
+                                       peer_device=peer_device)
+        for row in backend_rows:
+            if peer_device is None:
+                row["peer"] = {"skipped": reason}
+            print("  " + step_report.lstm_line(row), flush=True)
         records += new
-        lstm_rows.append(row)
+        lstm_rows += backend_rows
     summary.update(configs=rows, lstm=lstm_rows, lstm_repeats=args.lstm_repeats,
                    wall_s=time.perf_counter() - started)
     if args.append:

@@ -42,7 +42,8 @@ def row_line(row: dict[str, Any]) -> str:
 
 def lstm_line(row: dict[str, Any]) -> str:
     """One console line for an LSTM row."""
-    line = (f"fwd {_ms(row['forward_s'])} ms, fwd+bwd {_ms(row['train_s'])} ms "
+    line = (f"{row.get('backend', 'scan')}: fwd {_ms(row['forward_s'])} ms, "
+            f"fwd+bwd {_ms(row['train_s'])} ms "
             f"(load {row['load_avg_1m']:.2f})")
     peer = row.get("peer", {})
     if "train_ratio" in peer:
@@ -59,9 +60,10 @@ _CONFIG_HEADER = (
     "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 )
 _LSTM_HEADER = (
-    "| batch | steps n | width d | fwd ms | fwd+bwd ms | torch fwd ms | torch fwd+bwd ms "
-    "| fwd ours/torch | fwd+bwd ours/torch | best fwd+bwd ours/torch | load (1 min) |\n"
-    "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    "| batch | steps n | width d | backend | fwd ms | fwd+bwd ms | torch fwd ms "
+    "| torch fwd+bwd ms | fwd ours/torch | fwd+bwd ours/torch | best fwd+bwd ours/torch "
+    "| load (1 min) |\n"
+    "|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 )
 
 
@@ -113,12 +115,14 @@ def markdown(summary: dict[str, Any]) -> str:
     if s["lstm"]:
         timing = ("" if s.get("lstm_repeats") is None else
                   f", median of {s['lstm_repeats']} calls per side, ours and torch's in turns")
-        lines += ["", ("LSTM, one layer, float32, hidden = width (ours: zoo.nn.recurrent.RNN; "
-                       f"torch.nn.LSTM batch_first){timing}:"), "", _LSTM_HEADER]
+        lines += ["", ("LSTM, one layer, float32, hidden = width (ours: zoo.nn.recurrent.RNN "
+                       "with each backend: 'scan' = lax.scan, 'cpu_fused' = zoo's C++ kernel, "
+                       f"'cudnn'; torch.nn.LSTM batch_first){timing}:"), "", _LSTM_HEADER]
         for r in s["lstm"]:
             p = r.get("peer", {})
             lines.append(
-                f"| {r['batch']} | {r['n']} | {r['d']} | {_ms(r['forward_s'])} | "
+                f"| {r['batch']} | {r['n']} | {r['d']} | {r.get('backend', 'scan')} | "
+                f"{_ms(r['forward_s'])} | "
                 f"{_ms(r['train_s'])} | {_ms(p.get('forward_s'))} | {_ms(p.get('train_s'))} | "
                 f"{_num(p.get('forward_ratio'), '.3g')} | {_num(p.get('train_ratio'), '.3g')} | "
                 f"{_num(p.get('train_ratio_min'), '.3g')} | {_num(r.get('load_avg_1m'), '.2f')} |")
@@ -175,7 +179,8 @@ def merge(out: str, summary: dict[str, Any], records: list[dict]
     header = old if old["configs"] and not summary["configs"] else summary
     merged = dict(header,
                   configs=rows("configs", lambda r: (r["model"], r["size"], r["seq_len"])),
-                  lstm=rows("lstm", lambda r: (r["batch"], r["n"], r["d"])),
+                  lstm=rows("lstm", lambda r: (r["batch"], r["n"], r["d"],
+                                               r.get("backend", "scan"))),
                   flops_formulas={**old["flops_formulas"], **summary["flops_formulas"]},
                   lstm_repeats=summary.get("lstm_repeats"),
                   wall_s=old["wall_s"] + summary["wall_s"])

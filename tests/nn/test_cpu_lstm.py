@@ -1,0 +1,233 @@
+"""The fused CPU LSTM (RNN backend='cpu_fused', zoo/nn/kernels/lstm_cpu.cc through XLA's FFI):
+outputs, carries and every gradient against float64 references, on shapes that exercise the
+kernel's tiling (hidden sizes off its 16-lane blocks, batches off its 6-row tiles), padding,
+both directions, initial carries, thread counts, a mesh of 8 devices, and its build."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tests.nn.recurrent_cases import random_params, sharded_bidirectional_lstm
+from zoo.errors import ConfigError
+from zoo.nn import cpu_lstm
+from zoo.nn.kernels import build
+from zoo.nn.recurrent import RNN, Bidirectional, StackedRNN
+
+
+def _sigmoid(v):
+    return 1.0 / (1.0 + np.exp(-v))
+
+
+def reference_lstm(p, x, lengths, carry0, reverse):
+    """Float64 numpy LSTM: ((c, h) final, outputs (B, T, H)), a padded step keeping the carry
+    and giving 0, `reverse` reading each row from its last valid step."""
+    w, u, b = (np.asarray(p[k], np.float64) for k in ("input_kernel", "recurrent_kernel", "bias"))
+    x = np.asarray(x, np.float64)
+    batch, steps, _ = x.shape
+    c, h = (np.asarray(v, np.float64).copy() for v in carry0)
+    out = np.zeros((batch, steps, u.shape[0]))
+    for t in (reversed(range(steps)) if reverse else range(steps)):
+        z = np.einsum("bd,dgh->bgh", x[:, t], w) + np.einsum("bk,kgh->bgh", h, u) + b
+        i, f, o = _sigmoid(z[:, 0]), _sigmoid(z[:, 1]), _sigmoid(z[:, 3])
+        c_new = f * c + i * np.tanh(z[:, 2])
+        h_new = o * np.tanh(c_new)
+        keep = (t < np.asarray(lengths))[:, None]
+        c, h = np.where(keep, c_new, c), np.where(keep, h_new, h)
+        out[:, t] = np.where(keep, h_new, 0.0)
+    return (c, h), out
+
+
+CASES = [  # (batch, steps, features, hidden, lengths or None, reverse)
+    (2, 5, 6, 8, None, False),             # one partial block of 16 units
+    (3, 7, 5, 20, [7, 0, 3], True),        # a full block + a partial one; a length-0 row
+    (13, 4, 9, 48, None, True),            # 13 rows: tiles of 6, 6 and 1; three whole blocks
+    (7, 9, 16, 37, [9, 1, 5, 9, 2, 8, 4], False),
+    (1, 1, 3, 16, None, False),            # one step, one row
+]
+
+
+def _inputs(batch, steps, features, hidden, seed=0):
+    rng = np.random.default_rng(seed)
+    params = {"input_kernel": rng.normal(scale=0.5, size=(features, 4, hidden)),
+              "recurrent_kernel": rng.normal(scale=0.5, size=(hidden, 4, hidden)),
+              "bias": rng.normal(scale=0.5, size=(4, hidden))}
+    x = rng.normal(size=(batch, steps, features))
+    carry0 = (rng.normal(size=(batch, hidden)), rng.normal(size=(batch, hidden)))
+    out_weights = rng.normal(size=(batch, steps, hidden))
+    return params, x, carry0, out_weights
+
+
+def _grads(backend, reverse, lengths, params, x, carry0, out_weights, dtype):
+    """Gradients w.r.t. params, x and the initial carry of a loss reading every output and the
+    final carry nonlinearly, through RNN with `backend` in `dtype`; and the outputs/carry."""
+    model = RNN(hidden_size=params["bias"].shape[1], reverse=reverse, backend=backend,
+                dtype=dtype)
+    cast = lambda tree: jax.tree.map(lambda a: jnp.asarray(a, dtype), tree)
+    lengths = None if lengths is None else jnp.asarray(lengths)
+
+    def loss(p, x, c0):
+        out, carry = model.apply({"params": {"cell": p}}, x, lengths, c0)
+        final = sum(jnp.sum(jnp.sin(c)) for c in carry)
+        return jnp.sum(out * cast(out_weights)) + final, (out, carry)
+
+    return jax.jit(jax.grad(loss, argnums=(0, 1, 2), has_aux=True))(
+        cast(params), cast(x), cast(carry0))
+
+
+def _assert_close(actual, expected, tol):
+    """Each leaf within tol of its largest magnitude (float32 against float64)."""
+    for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
+        a, e = np.asarray(a, np.float64), np.asarray(e, np.float64)
+        assert a.shape == e.shape
+        scale = max(np.max(np.abs(e)), 1e-30) if e.size else 1.0
+        np.testing.assert_allclose(a / scale, e / scale, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("batch,steps,features,hidden,lengths,reverse", CASES)
+def test_outputs_and_gradients_equal_float64_references(batch, steps, features, hidden, lengths,
+                                                        reverse):
+    params, x, carry0, out_weights = _inputs(batch, steps, features, hidden)
+    grads, (out, carry) = _grads("cpu_fused", reverse, lengths, params, x, carry0, out_weights,
+                                 jnp.float32)
+    full = [steps] * batch if lengths is None else lengths
+    ref_carry, ref_out = reference_lstm(params, x, full, carry0, reverse)
+    _assert_close((out, carry), (ref_out, ref_carry), 1e-5)
+    # Gradients: the scan backend in float64 (itself proven against float64 numpy and finite
+    # differences in test_recurrent*.py) on the same values.
+    with jax.enable_x64(True):
+        ref_grads, (ref_out64, _) = _grads("scan", reverse, lengths, params, x, carry0,
+                                           out_weights, jnp.float64)
+        ref_grads, ref_out64 = jax.tree.map(np.asarray, (ref_grads, ref_out64))
+    np.testing.assert_allclose(ref_out64, ref_out, atol=1e-12)
+    _assert_close(grads, ref_grads, 1e-5)
+
+
+def test_padded_rows_equal_each_sequence_alone_and_get_no_gradient():
+    params, x, carry0, _ = _inputs(3, 6, 4, 24, seed=3)
+    lengths = jnp.array([6, 2, 4])
+    model = RNN(hidden_size=24, backend="cpu_fused")
+    variables = {"params": {"cell": jax.tree.map(jnp.asarray, params)}}
+    x = jnp.asarray(x, jnp.float32)
+    out, _ = jax.jit(model.apply)(variables, x, lengths)
+    for b, n in enumerate([6, 2, 4]):
+        alone, _ = jax.jit(model.apply)(variables, x[b:b + 1, :n])
+        np.testing.assert_allclose(out[b, :n], alone[0], rtol=1e-6, atol=1e-6)
+        assert not np.any(np.asarray(out[b, n:]))
+    grad_x = jax.grad(lambda x: jnp.sum(model.apply(variables, x, lengths)[0] ** 2))(x)
+    for b, n in enumerate([6, 2, 4]):
+        assert not np.any(np.asarray(grad_x[b, n:]))
+
+
+def test_any_thread_count_gives_the_same_bits(monkeypatch):
+    # Each hidden unit is computed by one thread with the same instructions, whatever the split.
+    params, x, carry0, out_weights = _inputs(5, 6, 7, 80, seed=1)
+    results = []
+    for threads in ("1", "2", "3"):
+        monkeypatch.setenv("ZOO_LSTM_THREADS", threads)  # read when the kernel call is traced
+        results.append(_grads("cpu_fused", True, [6, 3, 0, 5, 6], params, x, carry0,
+                              out_weights, jnp.float32))
+    for other in results[1:]:
+        jax.tree.map(np.testing.assert_array_equal, other, results[0])
+
+
+def test_jit_equals_no_jit_and_stacks_equal_the_scan():
+    x = jnp.asarray(np.random.default_rng(2).normal(size=(4, 5, 6)), jnp.float32)
+    lengths = jnp.array([5, 0, 3, 2])
+    for make in (lambda b: Bidirectional(hidden_size=18, backend=b),
+                 lambda b: StackedRNN(num_layers=2, hidden_size=12, backend=b)):
+        fused, scan = make("cpu_fused"), make("scan")
+        params = {"params": random_params(scan, x, lengths=lengths)}
+        eager = fused.apply(params, x, lengths)
+        jitted = jax.jit(fused.apply)(params, x, lengths)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6),
+                     eager, jitted)
+        expected = jax.jit(scan.apply)(params, x, lengths)
+        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),
+                     jitted, expected)
+
+
+def test_sharded_over_8_devices_equals_one_device():
+    model, x, lengths, host, params, mesh, rules = sharded_bidirectional_lstm()
+    fused = Bidirectional(hidden_size=model.hidden_size, cell="lstm", backend="cpu_fused")
+
+    def loss(p, x):
+        out, carry = fused.apply(p, x, lengths)
+        return jnp.sum(out ** 2) + sum(jnp.sum(jnp.sin(c)) for c in jax.tree.leaves(carry))
+
+    step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        sharded = step(params, x)
+        hlo = step.lower(params, x).as_text()
+    single = step(host, x)
+    assert hlo.count("zoo_lstm_forward") == 2  # one kernel call per direction, under shard_map
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),
+                 sharded, single)
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"cell": "gru"}, "plain LSTM only"),
+    ({"cell": "lstm", "peephole": True}, "plain LSTM only"),
+    ({"cell": "lstm", "dtype": jnp.bfloat16}, "float32 only"),
+])
+def test_what_the_kernel_cannot_compute_is_a_config_error(kw, match):
+    x = jnp.zeros((2, 3, 4))
+    with pytest.raises(ConfigError, match=match):
+        RNN(hidden_size=8, backend="cpu_fused", **kw).init(jax.random.key(0), x)
+
+
+def test_a_missing_compiler_is_one_error_saying_what_to_do(monkeypatch, tmp_path):
+    monkeypatch.setenv("ZOO_KERNEL_CACHE", str(tmp_path))
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+    build.compiled.cache_clear()
+    try:
+        with pytest.raises(ConfigError) as error:
+            build.compiled("lstm_cpu.cc")
+    finally:
+        build.compiled.cache_clear()
+    text = str(error.value)
+    assert "lstm_cpu.cc" in text and "no-such-c++" in text
+    assert "C++17 compiler" in text and "backend='scan'" in text
+    assert list(tmp_path.iterdir()) == []  # nothing half-written left in the cache
+
+
+def test_a_compile_error_shows_the_compilers_message(monkeypatch, tmp_path):
+    cache, sources = tmp_path / "cache", tmp_path / "sources"
+    sources.mkdir()
+    (sources / "broken.cc").write_text("int broken( {\n")
+    monkeypatch.setenv("ZOO_KERNEL_CACHE", str(cache))
+    monkeypatch.setattr(build, "SOURCES", sources)
+    build.compiled.cache_clear()
+    try:
+        with pytest.raises(ConfigError) as error:
+            build.compiled("broken.cc")
+    finally:
+        build.compiled.cache_clear()
+    assert "broken.cc" in str(error.value) and "error" in str(error.value)
+    assert list(cache.iterdir()) == []  # the failed build left nothing behind
+
+
+def test_the_library_is_built_once_per_source_and_cpu(monkeypatch, tmp_path):
+    monkeypatch.setenv("ZOO_KERNEL_CACHE", str(tmp_path))
+    build.compiled.cache_clear()
+    try:
+        build.compiled("lstm_cpu.cc")
+        (library,) = tmp_path.iterdir()
+        built = library.stat().st_mtime_ns
+        build.compiled.cache_clear()
+        build.compiled("lstm_cpu.cc")  # a new process: found in the cache, not rebuilt
+        assert list(tmp_path.iterdir()) == [library]
+        assert library.stat().st_mtime_ns == built
+        monkeypatch.setattr(build, "_cpu_features", lambda: "flags : another cpu")
+        build.compiled.cache_clear()
+        build.compiled("lstm_cpu.cc")  # another CPU: its own library
+        assert len(list(tmp_path.iterdir())) == 2
+    finally:
+        build.compiled.cache_clear()
+
+
+def test_the_kernel_is_refused_off_the_cpu(monkeypatch):
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    with pytest.raises(ConfigError, match="backend='cudnn' on a GPU"):
+        cpu_lstm.check_platform()
