@@ -7,9 +7,10 @@ XLA may fuse them away in a forward-only program), 'dot_product' (`jax.nn.dot_pr
 XLA), 'cudnn' (the fused flash kernel; GPU and bf16/fp16 only, otherwise skipped with the
 reason recorded), 'blockwise' (exact attention in O(n) memory, zoo.nn.blockwise_attention) and
 'local' (blockwise over a window of --window keys either side: O(n w d)); `RNN` with cell 'rnn'
-(Elman), 'lstm', 'gru' (a `lax.scan` over n steps) and, as the fastest RNNs a user could pick,
-torch.nn.LSTM / GRU (the 'parity' extra; crossovers are also measured against the faster of
-ours and torch's); `flax.linen.Conv` (kernel k, 'SAME'); and a whole `EncoderLayer` (mlp_dim
+(Elman), 'lstm', 'gru' (a `lax.scan` over n steps), 'lstm_fused' (the LSTM with
+backend='cpu_fused': the recurrence as zoo's C++ kernel, CPU and float32 only) and, as the
+fastest RNNs a user could pick, torch.nn.LSTM / GRU (the 'parity' extra; crossovers are also
+measured against the fastest of ours and torch's); `flax.linen.Conv` (kernel k, 'SAME'); and a whole `EncoderLayer` (mlp_dim
 4d) to set against an LSTM layer. Forward = `apply`; forward+backward = `jax.grad` of half the outputs' sum of squares
 w.r.t. params and inputs (a plain sum would let XLA drop a linear layer's forward pass). Each point is jitted on fixed shapes with inputs from a fixed key, sized by XLA
 (`benchmarks.machine.compile_stats`: FLOPs, program buffers) before its first run, then timed
@@ -115,6 +116,8 @@ def build_model(model: str, d: int, heads: int, kernel: int, dtype, *, block: in
                                   dtype=dtype), lambda y: y
     if model in analysis.RECURRENT_MODELS:
         return RNN(hidden_size=d, cell=model, dtype=dtype), lambda y: y[0]  # (outputs, carry)
+    if model == "lstm_fused":
+        return RNN(hidden_size=d, cell="lstm", dtype=dtype, backend="cpu_fused"), lambda y: y[0]
     if model == "conv":
         return nn.Conv(d, (kernel,), padding="SAME", dtype=dtype), lambda y: y
     if model == "encoder_layer":
@@ -152,10 +155,13 @@ def _is_oom(error: Exception) -> bool:
 
 
 def unavailable_models(models: Sequence[str], dtype) -> dict[str, str]:
-    """Models this machine cannot run, with the reason: the cuDNN kernel (GPU, bf16/fp16) and
-    the torch RNNs (the 'parity' extra; float32)."""
+    """Models this machine cannot run, with the reason: the cuDNN kernel (GPU, bf16/fp16), the
+    fused CPU LSTM (a CPU, float32) and the torch RNNs (the 'parity' extra; float32)."""
     platform = jax.devices()[0].platform
     out = {}
+    if "lstm_fused" in models and (platform != "cpu" or dtype != jnp.float32):
+        out["lstm_fused"] = (f"the fused LSTM kernel runs on a CPU in float32 only; this run is "
+                             f"{platform}, {jnp.dtype(dtype).name}")
     torch_models = [m for m in analysis.TORCH_MODELS if m in models]
     if torch_models:
         reason = peers.unavailable_reason(platform)

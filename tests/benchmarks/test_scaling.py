@@ -277,13 +277,14 @@ def test_local_attention_flops_and_path_length():
 def test_crossover_against_the_fastest_rnn_takes_the_faster_at_each_n():
     base = {"pass": "forward", "d": 8, "status": "ok"}
     times = {"lstm": {64: 1.0, 128: 2.0, 256: 4.0}, "torch_lstm": {64: 0.5, 128: 2.5, 256: 3.0},
+             "lstm_fused": {64: 0.6, 128: 2.1, 256: 2.9},
              "attention_einsum": {64: 0.2, 128: 1.0, 256: 3.5}}
     records = [{**base, "model": m, "n": n, "median_s": t}
                for m, by_n in times.items() for n, t in by_n.items()]
     fastest = analysis._reference_series(records, "fastest_lstm", "forward", 8)
-    assert fastest == {64: 0.5, 128: 2.0, 256: 3.0}
+    assert fastest == {64: 0.5, 128: 2.0, 256: 2.9}  # torch's, our scan's, our kernel's
     summary = analysis.summarize_pass(records, "attention_einsum", "forward", floor_s=1e-9)
-    # einsum/fastest: 0.4, 0.5, 1.17 -> crosses between 128 and 256; ours alone: never.
+    # einsum/fastest: 0.4, 0.5, 1.21 -> crosses between 128 and 256; ours alone: never.
     assert summary["crossover_status"]["8"]["fastest_lstm"] == "crossed"
     assert 128 < summary["crossover_n"]["8"]["fastest_lstm"] < 256
     assert summary["crossover_status"]["8"]["lstm"] == "not within the sweep"
@@ -312,3 +313,14 @@ def test_length_search_runs_each_path_until_memory_or_time_stops_it(monkeypatch)
     quick = scaling.longest_n_search(args, ["attention_blockwise"])
     only = quick["paths"]["attention_blockwise"]["forward"]
     assert only["longest_n"] == 1024 and only["stopped"].startswith("time: n=2048")
+
+
+def test_the_fused_lstm_is_the_kernel_backend_and_runs_on_cpus_in_float32_only():
+    module, extract = scaling.build_model("lstm_fused", 8, 2, 3, jnp.float32)
+    assert (module.cell, module.backend) == ("lstm", "cpu_fused")
+    assert analysis.analytic_flops("lstm_fused", "forward", 16, 8) == analysis.analytic_flops(
+        "lstm", "forward", 16, 8)
+    assert "lstm_fused" in analysis.FASTEST["fastest_lstm"]
+    assert scaling.unavailable_models(["lstm_fused"], jnp.float32) == {}
+    (reason,) = scaling.unavailable_models(["lstm_fused"], jnp.bfloat16).values()
+    assert "float32 only" in reason

@@ -118,11 +118,22 @@ def _micro_run_writes_every_output(tmp_path, model: str, lstm: bool):
     else:
         assert "not installed" in r["peer"]["skipped"]
     if lstm:
-        (row,) = summary["lstm"]
-        assert (row["n"], row["d"], row["batch"]) == (8, 16, 2)
-        assert row["forward_s"] > 0 and row["train_s"] > 0
-        if have_torch:
-            assert row["peer"]["train_ratio"] > 0 and row["peer"]["forward_ratio"] > 0
+        # One row per backend of this platform (a CPU: the scan and the fused kernel), each
+        # against the same torch measurements, timed in the same alternation.
+        rows = summary["lstm"]
+        assert [row["backend"] for row in rows] == ["scan", "cpu_fused"]
+        for row in rows:
+            assert (row["n"], row["d"], row["batch"]) == (8, 16, 2)
+            assert row["forward_s"] > 0 and row["train_s"] > 0
+            if have_torch:
+                assert row["peer"] == dict(rows[0]["peer"], **{
+                    k: row["peer"][k] for k in ("forward_ratio", "train_ratio",
+                                                "train_ratio_min")})
+                assert row["peer"]["train_ratio"] == pytest.approx(
+                    row["train_s"] / row["peer"]["train_s"])
+        assert {r["backend"] for r in records if r["kind"].startswith("lstm_")} == {
+            "scan", "cpu_fused"}
+        assert "| 8 | 16 | cpu_fused |" in (out / "step.md").read_text()
     else:
         assert summary["lstm"] == []
     table = (out / "step.md").read_text()
@@ -179,6 +190,15 @@ def test_bad_arguments_say_what_is_wrong():
         step.parse_args(["--lstm", "64by128"])
     with pytest.raises(ValueError, match="--lstm-repeats"):
         step.parse_args(["--lstm-repeats", "-1"])
+    with pytest.raises(ValueError, match="--lstm-backends='scan,fast'.*cpu_fused"):
+        step.parse_args(["--lstm-backends", "scan,fast"])
+
+
+def test_each_platform_times_its_fused_lstm_beside_the_scan():
+    assert step.lstm_backends("cpu") == ("scan", "cpu_fused")
+    assert step.lstm_backends("gpu") == ("scan", "cudnn")
+    assert step.lstm_backends("tpu") == ("scan",)
+    assert step.parse_args(["--lstm-backends", "cpu_fused"]).lstm_backends == ("cpu_fused",)
 
 
 def test_models_none_runs_the_lstm_alone():
