@@ -84,8 +84,8 @@ def _forward_call(xp, u, c0, h0, valid, *, reverse):
         out = (jax.ShapeDtypeStruct((b, t, 4, hidden), jnp.float32),
                jax.ShapeDtypeStruct((b, t, hidden), jnp.float32),
                jax.ShapeDtypeStruct((b, t, hidden), jnp.float32))
-        return jax.ffi.ffi_call(_FORWARD, out, vmap_method="sequential")(xp, u, c0, h0, valid, reverse=int(reverse),
-                                               threads=_threads())
+        call = jax.ffi.ffi_call(_FORWARD, out, vmap_method="sequential")
+        return call(xp, u, c0, h0, valid, reverse=int(reverse), threads=_threads())
 
     return _per_shard(kernel, (xp, u, c0, h0, valid),
                       ("B...", "...", "B.", "B.", "B."), ("B...", "B..", "B.."))
@@ -99,8 +99,9 @@ def _backward_call(d_h_seq, d_c, d_h, acts, c_seq, c0, u, valid, *, reverse):
         out = (jax.ShapeDtypeStruct((b, t, 4, hidden), jnp.float32),
                jax.ShapeDtypeStruct((b, hidden), jnp.float32),
                jax.ShapeDtypeStruct((b, hidden), jnp.float32))
-        return jax.ffi.ffi_call(_BACKWARD, out, vmap_method="sequential")(d_h_seq, d_c, d_h, acts, c_seq, c0, u, valid,
-                                                reverse=int(reverse), threads=_threads())
+        call = jax.ffi.ffi_call(_BACKWARD, out, vmap_method="sequential")
+        return call(d_h_seq, d_c, d_h, acts, c_seq, c0, u, valid, reverse=int(reverse),
+                    threads=_threads())
 
     return _per_shard(kernel, (d_h_seq, d_c, d_h, acts, c_seq, c0, u, valid),
                       ("B..", "B.", "B.", "B...", "B..", "B.", "...", "B."),
