@@ -208,6 +208,18 @@ def test_a_compile_error_shows_the_compilers_message(monkeypatch, tmp_path):
     assert list(cache.iterdir()) == []  # the failed build left nothing behind
 
 
+def test_an_unwritable_cache_says_which_variable_to_set(monkeypatch, tmp_path):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv("ZOO_KERNEL_CACHE", str(blocked / "kernels"))
+    build.compiled.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match="cannot be cached in .*a-file.*ZOO_KERNEL_CACHE"):
+            build.compiled("lstm_cpu.cc")
+    finally:
+        build.compiled.cache_clear()
+
+
 def test_the_library_is_built_once_per_source_and_cpu(monkeypatch, tmp_path):
     monkeypatch.setenv("ZOO_KERNEL_CACHE", str(tmp_path))
     build.compiled.cache_clear()
@@ -225,6 +237,20 @@ def test_the_library_is_built_once_per_source_and_cpu(monkeypatch, tmp_path):
         assert len(list(tmp_path.iterdir())) == 2
     finally:
         build.compiled.cache_clear()
+
+
+def test_an_empty_sequence_returns_the_initial_carry_and_passes_its_gradient():
+    model = RNN(hidden_size=20, backend="cpu_fused")
+    x = jnp.zeros((2, 0, 3))
+    params = random_params(RNN(hidden_size=20), jnp.zeros((2, 1, 3)))
+    carry0 = (jnp.ones((2, 20)), jnp.full((2, 20), 2.0))
+    out, carry = model.apply({"params": params}, x, None, carry0)
+    assert out.shape == (2, 0, 20)
+    jax.tree.map(np.testing.assert_array_equal, carry, carry0)
+    grad = jax.grad(lambda c: jnp.sum(model.apply({"params": params}, x, None, c)[1][1] * 3.0))(
+        carry0)
+    np.testing.assert_array_equal(grad[0], 0.0)
+    np.testing.assert_array_equal(grad[1], 3.0)
 
 
 def test_the_kernel_is_refused_off_the_cpu(monkeypatch):

@@ -73,12 +73,17 @@ def compiled(name: str) -> ctypes.CDLL:
         key.update(part)
     target = cache_dir() / f"{source.stem}-{key.hexdigest()[:16]}.so"
     if not target.exists():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            built = pathlib.Path(tmp, target.name)
-            command = compiler + list(FLAGS) + ["-I", include, str(source), "-o", str(built)]
-            result = subprocess.run(command, capture_output=True, text=True)
-            if result.returncode != 0:
-                raise _fail(name, f"{shlex.join(command)} failed:\n{result.stderr[-2000:]}")
-            os.replace(built, target)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+                built = pathlib.Path(tmp, target.name)
+                command = compiler + list(FLAGS) + ["-I", include, str(source), "-o", str(built)]
+                result = subprocess.run(command, capture_output=True, text=True)
+                if result.returncode != 0:
+                    raise _fail(name, f"{shlex.join(command)} failed:\n{result.stderr[-2000:]}")
+                os.replace(built, target)
+        except OSError as e:
+            raise ConfigError(
+                f"the CPU kernel zoo/nn/kernels/{name} cannot be cached in {target.parent} "
+                f"({e}); set ZOO_KERNEL_CACHE to a writable directory") from None
     return ctypes.cdll.LoadLibrary(str(target))
