@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -127,6 +128,20 @@ void RunThreads(int threads, const Body& body) {
   for (auto& t : pool) t.join();
 }
 
+// tile(std::integral_constant<int, rows>{}) for 1 <= rows <= kRows: the register tiles are
+// templates on their row count, so each count compiles to fully unrolled code.
+template <typename Tile>
+void ForRows(int rows, const Tile& tile) {
+  switch (rows) {
+    case 6: return tile(std::integral_constant<int, 6>{});
+    case 5: return tile(std::integral_constant<int, 5>{});
+    case 4: return tile(std::integral_constant<int, 4>{});
+    case 3: return tile(std::integral_constant<int, 3>{});
+    case 2: return tile(std::integral_constant<int, 2>{});
+    default: return tile(std::integral_constant<int, 1>{});
+  }
+}
+
 struct Shape {
   int64_t steps, batch, hidden;
   int64_t padded() const { return (hidden + kLanes - 1) / kLanes * kLanes; }
@@ -184,18 +199,6 @@ void ForwardTile(const float* h, int64_t row0, int64_t hp, const float* panel, f
     for (int g = 0; g < 4; ++g) Store(z + (m * 4 + g) * kLanes, acc[m][g]);
 }
 
-void ForwardTileRows(int rows, const float* h, int64_t row0, int64_t hp, const float* panel,
-                     float* z) {
-  switch (rows) {
-    case 6: return ForwardTile<6>(h, row0, hp, panel, z);
-    case 5: return ForwardTile<5>(h, row0, hp, panel, z);
-    case 4: return ForwardTile<4>(h, row0, hp, panel, z);
-    case 3: return ForwardTile<3>(h, row0, hp, panel, z);
-    case 2: return ForwardTile<2>(h, row0, hp, panel, z);
-    default: return ForwardTile<1>(h, row0, hp, panel, z);
-  }
-}
-
 void Forward(const Shape& s, const float* xp, const float* u, const float* c0, const float* h0,
              const uint8_t* valid, bool reverse, int threads, float* acts, float* c_out,
              float* h_out) {
@@ -223,7 +226,9 @@ void Forward(const Shape& s, const float* xp, const float* u, const float* c0, c
         const int lanes = static_cast<int>(std::min<int64_t>(kLanes, H - j0));
         for (int64_t r0 = 0; r0 < B; r0 += kRows) {
           const int rows = static_cast<int>(std::min<int64_t>(kRows, B - r0));
-          ForwardTileRows(rows, h_prev, r0, hp, panel, z);
+          ForRows(rows, [&](auto mr) {
+            ForwardTile<decltype(mr)::value>(h_prev, r0, hp, panel, z);
+          });
           for (int m = 0; m < rows; ++m) {
             const int64_t b = r0 + m;
             const bool keep = valid[b * T + t] != 0;
@@ -293,19 +298,6 @@ void BackwardTile(const float* dz, int64_t row0, int64_t kk, const float* panels
     for (int n = 0; n < NB; ++n) Store(out + m * out_stride + (blk0 + n) * kLanes, acc[m][n]);
 }
 
-template <int NB>
-void BackwardTileRows(int rows, const float* dz, int64_t row0, int64_t kk, const float* panels,
-                      int64_t blk0, float* out, int64_t out_stride) {
-  switch (rows) {
-    case 6: return BackwardTile<6, NB>(dz, row0, kk, panels, blk0, out, out_stride);
-    case 5: return BackwardTile<5, NB>(dz, row0, kk, panels, blk0, out, out_stride);
-    case 4: return BackwardTile<4, NB>(dz, row0, kk, panels, blk0, out, out_stride);
-    case 3: return BackwardTile<3, NB>(dz, row0, kk, panels, blk0, out, out_stride);
-    case 2: return BackwardTile<2, NB>(dz, row0, kk, panels, blk0, out, out_stride);
-    default: return BackwardTile<1, NB>(dz, row0, kk, panels, blk0, out, out_stride);
-  }
-}
-
 void Backward(const Shape& s, const float* d_h_seq, const float* d_c_last, const float* d_h_last,
               const float* acts, const float* c_seq, const float* c0, const float* u,
               const uint8_t* valid, bool reverse, int threads, float* dz_out, float* d_c0,
@@ -370,10 +362,15 @@ void Backward(const Shape& s, const float* d_h_seq, const float* d_c_last, const
       for (int64_t r0 = 0; r0 < B; r0 += kRows) {
         const int rows = static_cast<int>(std::min<int64_t>(kRows, B - r0));
         int64_t blk = own.first;
+        float* out = &gemm[r0 * hp];
         for (; blk + 4 <= own.last; blk += 4)
-          BackwardTileRows<4>(rows, dz, r0, kk, panels.data(), blk, &gemm[r0 * hp], hp);
+          ForRows(rows, [&](auto mr) {
+            BackwardTile<decltype(mr)::value, 4>(dz, r0, kk, panels.data(), blk, out, hp);
+          });
         for (; blk < own.last; ++blk)
-          BackwardTileRows<1>(rows, dz, r0, kk, panels.data(), blk, &gemm[r0 * hp], hp);
+          ForRows(rows, [&](auto mr) {
+            BackwardTile<decltype(mr)::value, 1>(dz, r0, kk, panels.data(), blk, out, hp);
+          });
       }
       for (int64_t b = 0; b < B; ++b) {
         if (valid[b * T + t] == 0) continue;
