@@ -9,7 +9,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.nn.recurrent_cases import random_params, sharded_bidirectional_lstm
+from tests.nn.recurrent_cases import (bidirectional_loss, random_params,
+                                      sharded_bidirectional_lstm)
 from zoo.errors import ConfigError
 from zoo.nn import cpu_lstm
 from zoo.nn.kernels import build
@@ -152,11 +153,7 @@ def test_sharded_over_8_devices_equals_one_device():
     model, x, lengths, host, params, mesh, rules = sharded_bidirectional_lstm()
     fused = Bidirectional(hidden_size=model.hidden_size, cell="lstm", backend="cpu_fused")
 
-    def loss(p, x):
-        out, carry = fused.apply(p, x, lengths)
-        return jnp.sum(out ** 2) + sum(jnp.sum(jnp.sin(c)) for c in jax.tree.leaves(carry))
-
-    step = jax.jit(jax.value_and_grad(loss, argnums=(0, 1)))
+    step = jax.jit(jax.value_and_grad(bidirectional_loss(fused, lengths), argnums=(0, 1)))
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         sharded = step(params, x)
         hlo = step.lower(params, x).as_text()
@@ -177,66 +174,58 @@ def test_what_the_kernel_cannot_compute_is_a_config_error(kw, match):
         RNN(hidden_size=8, backend="cpu_fused", **kw).init(jax.random.key(0), x)
 
 
-def test_a_missing_compiler_is_one_error_saying_what_to_do(monkeypatch, tmp_path):
-    monkeypatch.setenv("ZOO_KERNEL_CACHE", str(tmp_path))
-    monkeypatch.setenv("CXX", str(tmp_path / "no-such-c++"))
+@pytest.fixture
+def kernel_cache(monkeypatch, tmp_path):
+    """An empty kernel cache directory, and build.compiled's in-process cache cleared before
+    and after (each test then sees a fresh process's first call)."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ZOO_KERNEL_CACHE", str(cache))
     build.compiled.cache_clear()
-    try:
-        with pytest.raises(ConfigError) as error:
-            build.compiled("lstm_cpu.cc")
-    finally:
-        build.compiled.cache_clear()
+    yield cache
+    build.compiled.cache_clear()
+
+
+def test_a_missing_compiler_is_one_error_saying_what_to_do(monkeypatch, kernel_cache):
+    monkeypatch.setenv("CXX", "/no/such/c++")
+    with pytest.raises(ConfigError) as error:
+        build.compiled("lstm_cpu.cc")
     text = str(error.value)
-    assert "lstm_cpu.cc" in text and "no-such-c++" in text
-    assert "C++17 compiler" in text and "backend='scan'" in text
-    assert list(tmp_path.iterdir()) == []  # nothing half-written left in the cache
+    assert "lstm_cpu.cc" in text and "/no/such/c++" in text
+    assert "C++20 compiler" in text and "backend='scan'" in text
+    assert not kernel_cache.exists()  # nothing half-written left behind
 
 
-def test_a_compile_error_shows_the_compilers_message(monkeypatch, tmp_path):
-    cache, sources = tmp_path / "cache", tmp_path / "sources"
+def test_a_compile_error_shows_the_compilers_message(monkeypatch, tmp_path, kernel_cache):
+    sources = tmp_path / "sources"
     sources.mkdir()
     (sources / "broken.cc").write_text("int broken( {\n")
-    monkeypatch.setenv("ZOO_KERNEL_CACHE", str(cache))
     monkeypatch.setattr(build, "SOURCES", sources)
-    build.compiled.cache_clear()
-    try:
-        with pytest.raises(ConfigError) as error:
-            build.compiled("broken.cc")
-    finally:
-        build.compiled.cache_clear()
+    with pytest.raises(ConfigError) as error:
+        build.compiled("broken.cc")
     assert "broken.cc" in str(error.value) and "error" in str(error.value)
-    assert list(cache.iterdir()) == []  # the failed build left nothing behind
+    assert list(kernel_cache.iterdir()) == []  # the failed build left nothing behind
 
 
-def test_an_unwritable_cache_says_which_variable_to_set(monkeypatch, tmp_path):
+def test_an_unwritable_cache_says_which_variable_to_set(monkeypatch, tmp_path, kernel_cache):
     blocked = tmp_path / "a-file"
     blocked.write_text("not a directory")
     monkeypatch.setenv("ZOO_KERNEL_CACHE", str(blocked / "kernels"))
-    build.compiled.cache_clear()
-    try:
-        with pytest.raises(ConfigError, match="cannot be cached in .*a-file.*ZOO_KERNEL_CACHE"):
-            build.compiled("lstm_cpu.cc")
-    finally:
-        build.compiled.cache_clear()
-
-
-def test_the_library_is_built_once_per_source_and_cpu(monkeypatch, tmp_path):
-    monkeypatch.setenv("ZOO_KERNEL_CACHE", str(tmp_path))
-    build.compiled.cache_clear()
-    try:
+    with pytest.raises(ConfigError, match="cannot be cached in .*a-file.*ZOO_KERNEL_CACHE"):
         build.compiled("lstm_cpu.cc")
-        (library,) = tmp_path.iterdir()
-        built = library.stat().st_mtime_ns
-        build.compiled.cache_clear()
-        build.compiled("lstm_cpu.cc")  # a new process: found in the cache, not rebuilt
-        assert list(tmp_path.iterdir()) == [library]
-        assert library.stat().st_mtime_ns == built
-        monkeypatch.setattr(build, "_cpu_features", lambda: "flags : another cpu")
-        build.compiled.cache_clear()
-        build.compiled("lstm_cpu.cc")  # another CPU: its own library
-        assert len(list(tmp_path.iterdir())) == 2
-    finally:
-        build.compiled.cache_clear()
+
+
+def test_the_library_is_built_once_per_source_and_cpu(monkeypatch, kernel_cache):
+    build.compiled("lstm_cpu.cc")
+    (library,) = kernel_cache.iterdir()
+    built = library.stat().st_mtime_ns
+    build.compiled.cache_clear()
+    build.compiled("lstm_cpu.cc")  # a new process: found in the cache, not rebuilt
+    assert list(kernel_cache.iterdir()) == [library]
+    assert library.stat().st_mtime_ns == built
+    monkeypatch.setattr(build, "_cpu_features", lambda: "flags : another cpu")
+    build.compiled.cache_clear()
+    build.compiled("lstm_cpu.cc")  # another CPU: its own library
+    assert len(list(kernel_cache.iterdir())) == 2
 
 
 def test_an_empty_sequence_returns_the_initial_carry_and_passes_its_gradient():

@@ -9,8 +9,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tests.nn.recurrent_cases import (D, H, T, VARIANTS, assert_tree_close, random_inputs,
-                                      random_params, sharded_bidirectional_lstm)
+from tests.nn.recurrent_cases import (D, H, T, VARIANTS, assert_tree_close, bidirectional_loss,
+                                      random_inputs, random_params,
+                                      sharded_bidirectional_lstm)
 from zoo.errors import ConfigError
 from zoo.nn import cudnn_lstm, recurrent_cells
 from zoo.nn.recurrent import RNN
@@ -141,11 +142,7 @@ def test_custom_vjp_sharded_gradients_equal_single_device():
     # split over data, the hidden units of every kernel over tensor.
     model, x, lengths, params, sharded, mesh, rules = sharded_bidirectional_lstm()
 
-    def loss(p, x):
-        out, carries = model.apply(p, x, lengths)
-        return jnp.sum(out**2) + sum(jnp.sum(jnp.sin(c)) for c in jax.tree.leaves(carries))
-
-    grad = jax.jit(jax.grad(loss, argnums=(0, 1)))
+    grad = jax.jit(jax.grad(bidirectional_loss(model, lengths), argnums=(0, 1)))
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         got = grad(sharded, x)
     expected = grad(jax.tree.map(np.asarray, params), x)

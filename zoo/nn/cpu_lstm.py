@@ -5,8 +5,8 @@ recurrent_kernel (H, 4, H), bias (4, H)) and semantics (outputs zero past each l
 carry taken at the last valid step, `reverse` reading each sequence backward within its
 length), and splits one layer's work between XLA and the kernel:
 
-    XLA     xp = x W + b for all T steps                        one (T B, D) @ (D, 4H) matmul
-    kernel  the recurrence: per step h U, the gates, c and h      (forward, custom call)
+    XLA     xp = x W for all T steps                            one (T B, D) @ (D, 4H) matmul
+    kernel  the recurrence: per step xp_t + b + h U, the gates, c and h  (forward, custom call)
     kernel  the reverse recurrence: per step the gate cotangents dz and dh = dz U^T  (backward)
     XLA     dW = X^T dz, dU = H_prev^T dz, db = sum dz, dx = dz W^T        four large matmuls
 
@@ -59,8 +59,8 @@ def _register() -> None:
 
 
 def _threads() -> int:
-    """Threads per kernel call: $ZOO_LSTM_THREADS, else 0 (the kernel takes every core, up to
-    one per 16 hidden units)."""
+    """Threads per kernel call: $ZOO_LSTM_THREADS, else 0: the kernel takes one per core the
+    process may use, fewer for small layers (one per 1 MFLOP of a step's matmul)."""
     return int(os.environ.get("ZOO_LSTM_THREADS", "0"))
 
 
@@ -76,19 +76,19 @@ def _per_shard(kernel, args, specs, out_specs):
                          check_vma=False)(*args)
 
 
-def _forward_call(xp, u, c0, h0, valid, *, reverse):
+def _forward_call(xp, bias, u, c0, h0, valid, *, reverse):
     hidden = u.shape[0]
 
-    def kernel(xp, u, c0, h0, valid):
+    def kernel(xp, bias, u, c0, h0, valid):
         b, t = valid.shape
         out = (jax.ShapeDtypeStruct((b, t, 4, hidden), jnp.float32),
                jax.ShapeDtypeStruct((b, t, hidden), jnp.float32),
                jax.ShapeDtypeStruct((b, t, hidden), jnp.float32))
         call = jax.ffi.ffi_call(_FORWARD, out, vmap_method="sequential")
-        return call(xp, u, c0, h0, valid, reverse=int(reverse), threads=_threads())
+        return call(xp, bias, u, c0, h0, valid, reverse=int(reverse), threads=_threads())
 
-    return _per_shard(kernel, (xp, u, c0, h0, valid),
-                      ("B...", "...", "B.", "B.", "B."), ("B...", "B..", "B.."))
+    return _per_shard(kernel, (xp, bias, u, c0, h0, valid),
+                      ("B...", "..", "...", "B.", "B.", "B."), ("B...", "B..", "B.."))
 
 
 def _backward_call(d_h_seq, d_c, d_h, acts, c_seq, c0, u, valid, *, reverse):
@@ -126,10 +126,10 @@ def layer(reverse: bool):
     def lstm_fwd(w, x, carry0, valid):
         c0, h0 = carry0
         batch, steps = x.shape[:2]
-        xp = jnp.einsum("btd,dgh->btgh", x, w["input_kernel"]) + w["bias"]  # (B, T, 4, H)
+        xp = jnp.einsum("btd,dgh->btgh", x, w["input_kernel"])  # (B, T, 4, H); + b in the kernel
         v8 = (jnp.ones((batch, steps), jnp.uint8) if valid is None
               else valid.T.astype(jnp.uint8))  # (B, T)
-        acts, c_seq, h_seq = _forward_call(xp, w["recurrent_kernel"], c0, h0, v8,
+        acts, c_seq, h_seq = _forward_call(xp, w["bias"], w["recurrent_kernel"], c0, h0, v8,
                                            reverse=reverse)
         outputs = h_seq if valid is None else jnp.where(valid.T[:, :, None], h_seq, 0.0)
         carry = (final(c_seq, c0), final(h_seq, h0))

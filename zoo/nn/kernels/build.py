@@ -24,7 +24,7 @@ import jax
 from zoo.errors import ConfigError
 
 SOURCES = pathlib.Path(__file__).parent
-FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread")
+FLAGS = ("-O3", "-march=native", "-std=c++20", "-shared", "-fPIC", "-pthread")
 
 
 def cache_dir() -> pathlib.Path:
@@ -50,7 +50,7 @@ def _cpu_features() -> str:
 
 def _fail(name: str, what: str) -> ConfigError:
     return ConfigError(
-        f"the CPU kernel zoo/nn/kernels/{name} could not be built: {what}. It needs a C++17 "
+        f"the CPU kernel zoo/nn/kernels/{name} could not be built: {what}. It needs a C++20 "
         "compiler (g++ or clang++; `apt-get install g++`, or set CXX to one); or choose the "
         "portable backend (RNN backend='scan').")
 
