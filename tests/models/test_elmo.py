@@ -12,9 +12,9 @@ from zoo.models import elmo
 V, H = 13, 8
 
 
-def _bilm(num_layers=2, residual=True):
+def _bilm(num_layers=2, residual=True, rnn_backend="scan"):
     return elmo.BiLM(elmo.BiLMConfig(vocab_size=V, hidden_size=H, num_layers=num_layers,
-                                     residual=residual))
+                                     residual=residual, rnn_backend=rnn_backend))
 
 
 def _init(model, seed=0):
@@ -78,6 +78,25 @@ def test_one_layer_bilm_matches_float64_lstm_reference():
                                    rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(np.asarray(bwd_logits[b, :n]), r[:n] @ kernel + bias,
                                    rtol=1e-4, atol=1e-4)
+
+
+def test_the_fused_lstm_kernel_gives_the_scans_bilm_and_gradients():
+    # config.model.rnn_backend='cpu_fused': the same parameters, the same logits, layers and
+    # gradients as the scan, padding included.
+    scan, fused = _bilm(), _bilm(rnn_backend="cpu_fused")
+    params = _init(scan, seed=3)
+    ids = np.array([[2, 5, 7, 9, 3, 0], [2, 11, 4, 3, 0, 0]], np.int32)
+    lengths = np.array([5, 4], np.int32)
+
+    def loss(model):
+        def f(p):
+            fwd, bwd = model.apply({"params": p}, ids, lengths)
+            layers = model.apply({"params": p}, ids, lengths, method="layers")
+            return jnp.sum(jnp.sin(fwd)) + jnp.sum(jnp.cos(bwd)) + jnp.sum(layers ** 2)
+        return jax.jit(jax.value_and_grad(f))(params)
+
+    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5),
+                 loss(fused), loss(scan))
 
 
 def test_second_layer_adds_the_residual():
@@ -215,6 +234,7 @@ def test_elmo_features_skip_sentence_boundaries_and_word2vec_oov_reads_zero():
     ({"num_layers": 0}, "num_layers"),
     ({"dropout_rate": 1.0}, "dropout_rate"),
     ({"dtype": "int32"}, "dtype"),
+    ({"rnn_backend": "fast"}, "rnn_backend"),
 ])
 def test_bad_bilm_config_names_the_field(kwargs, field):
     with pytest.raises(ValueError, match=field):

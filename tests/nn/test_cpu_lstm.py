@@ -133,6 +133,13 @@ def test_any_thread_count_gives_the_same_bits(monkeypatch):
         jax.tree.map(np.testing.assert_array_equal, other, results[0])
 
 
+def test_a_bad_thread_count_names_the_variable(monkeypatch):
+    monkeypatch.setenv("ZOO_LSTM_THREADS", "two")
+    x = jnp.zeros((2, 3, 4))
+    with pytest.raises(ConfigError, match="ZOO_LSTM_THREADS='two' must be a whole number"):
+        RNN(hidden_size=8, backend="cpu_fused").init(jax.random.key(0), x)
+
+
 def test_jit_equals_no_jit_and_stacks_equal_the_scan():
     x = jnp.asarray(np.random.default_rng(2).normal(size=(4, 5, 6)), jnp.float32)
     lengths = jnp.array([5, 0, 3, 2])

@@ -44,6 +44,7 @@ from zoo.errors import ConfigError
 from zoo.models.config_checks import check_float_dtypes
 from zoo.nn.embeddings import Embed
 from zoo.nn.linear import Dense
+from zoo.nn.recurrent import BACKENDS as RNN_BACKENDS
 from zoo.nn.recurrent import RNN
 
 Array = jax.Array
@@ -66,6 +67,9 @@ class BiLMConfig:
       dropout_rate: dropout on the embeddings, between layers and before the softmax (ELMo: 0.1).
       dtype: compute dtype of the matmuls; the LSTM carries and the logits stay float32.
       param_dtype: storage dtype of the parameters.
+      rnn_backend: how the LSTMs run (zoo.nn.recurrent.RNN's backend): 'scan' (any device),
+        'cpu_fused' (zoo's LSTM kernel; a CPU, float32) or 'cudnn' (a GPU, float32). The
+        parameters are the same for all three.
     """
 
     vocab_size: int
@@ -75,6 +79,7 @@ class BiLMConfig:
     dropout_rate: float = 0.0
     dtype: str = "float32"
     param_dtype: str = "float32"
+    rnn_backend: str = "scan"
 
     def __post_init__(self):
         for name in ("vocab_size", "hidden_size", "num_layers"):
@@ -83,6 +88,9 @@ class BiLMConfig:
         if not 0.0 <= self.dropout_rate < 1.0:
             raise ConfigError(f"BiLMConfig.dropout_rate must be in [0, 1), got {self.dropout_rate}")
         check_float_dtypes(self, "BiLMConfig")
+        if self.rnn_backend not in RNN_BACKENDS:
+            raise ConfigError(f"BiLMConfig.rnn_backend must be one of {RNN_BACKENDS}, got "
+                              f"{self.rnn_backend!r}")
 
     @property
     def feature_dim(self) -> int:
@@ -128,7 +136,8 @@ class BiLM(nn.Module):
         # needs its type) leaves distinct, so h_0 still tells words apart downstream.
         self.embed = Embed(cfg.vocab_size, cfg.hidden_size, dtype=dtype, param_dtype=param_dtype,
                            embedding_init=nn.initializers.normal(stddev=1.0))
-        lstm = {"hidden_size": cfg.hidden_size, "cell": "lstm", "dtype": dtype, "param_dtype": param_dtype}
+        lstm = {"hidden_size": cfg.hidden_size, "cell": "lstm", "dtype": dtype,
+                "param_dtype": param_dtype, "backend": cfg.rnn_backend}
         # Separate weights per direction; RNN(reverse=True) reads each row from its last valid
         # position back to 0 and aligns the outputs with the input positions.
         self.forward = [RNN(reverse=False, **lstm) for _ in range(cfg.num_layers)]

@@ -59,13 +59,20 @@ def _register() -> None:
 
 
 def _threads() -> int:
-    """Threads per kernel call: $ZOO_LSTM_THREADS, else 0: the kernel takes one per core the
-    process may use, fewer for small layers (one per 1 MFLOP of a step's matmul)."""
-    return int(os.environ.get("ZOO_LSTM_THREADS", "0"))
+    """Threads per kernel call: $ZOO_LSTM_THREADS, else 0: the kernel takes every thread of
+    XLA's intra-op pool (one per core), fewer for small layers (one per 1 MFLOP of a step's
+    matmul)."""
+    text = os.environ.get("ZOO_LSTM_THREADS", "0")
+    if not text.isdigit():
+        raise ConfigError(f"ZOO_LSTM_THREADS={text!r} must be a whole number of threads "
+                          "(0 or unset: the kernel chooses)")
+    return int(text)
 
 
 def _per_shard(kernel, args, specs, out_specs):
-    """kernel(*args) on each device's batch rows (shard_map) on a mesh of several devices."""
+    """kernel(*args) on each device's batch rows (shard_map) on a mesh of several devices.
+    A spec names each axis of an array by one character: 'B' the batch (placed as act_batch
+    is), '.' an axis every device holds whole."""
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or mesh.size == 1:
         return kernel(*args)
