@@ -6,9 +6,10 @@
 // for the second thread to wake, which made the scan 1.9x slower than torch.nn.LSTM (oneDNN) on
 // two cores. Here a step's work is split into items of 16 hidden units (a block): an item
 // computes its units' four gate columns of the step's matmul and their gate maths in registers.
-// The calling thread and helpers on XLA's own intra-op thread pool claim items in order from
-// one counter and wait, spinning, only for the previous step's items; no thread of our own
-// competes with XLA's for the cores, and the caller finishes alone if no helper gets a core.
+// The calling thread and helpers on XLA's own intra-op thread pool claim a step's blocks, in
+// chunks, from one counter and wait, spinning, only for the previous step's chunks; no thread
+// of our own competes with XLA's for the cores, and the caller finishes alone if no helper
+// gets a core.
 // The large matmuls (the input projection x W for all steps, and the weight gradients X^T dZ,
 // H^T dZ, dZ W^T) stay in XLA, where they are already fast.
 //
@@ -24,7 +25,6 @@
 //             d_c0, d_h0 (B, H).
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -192,7 +192,6 @@ std::vector<float> PackForward(const float* u, const Shape& s) {
   return packed;
 }
 
-// z[m][gate][lane] = sum_k h[row0 + m, k] * panel[k][gate][lane] for MR rows.
 // z[m][gate][lane] (+)= sum_{k in [k0, k1)} h[row0 + m, k] * panel[k][gate][lane], MR rows.
 template <int MR>
 void ForwardTile(const float* h, int64_t row0, int64_t hp, const float* panel, int64_t k0,
