@@ -152,12 +152,11 @@ def layer(reverse: bool):
             h_prev = jnp.concatenate([h_seq[:, 1:], h0[:, None]], axis=1)
         else:
             h_prev = jnp.concatenate([h0[:, None], h_seq[:, :-1]], axis=1)
-        d_w = {
+        d_w = {  # float32, as `run` made every weight
             "input_kernel": jnp.einsum("btd,btgh->dgh", x, dz),
             "recurrent_kernel": jnp.einsum("btk,btgh->kgh", h_prev, dz),
             "bias": dz.sum((0, 1)),
         }
-        d_w = {k: v.astype(w[k].dtype) for k, v in d_w.items()}
         d_x = jnp.einsum("btgh,dgh->btd", dz, w["input_kernel"])
         return d_w, d_x, (d_c0, d_h0), None
 
