@@ -86,6 +86,12 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
+    # `numerics`: every test of a module that compares floats through tests/numerics.py.
+    # .ci/run runs them a second time with their float32 rounding changed (README "Testing").
+    for item in items:
+        names = vars(getattr(item, "module", None) or object).values()
+        if any(getattr(v, "__module__", None) == "tests.numerics" for v in names):
+            item.add_marker(pytest.mark.numerics)
     rank = {path: i for i, path in enumerate(_LONG_MODULES)}
     # A stable sort: within a module, and among the short modules, collection order stays.
     items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))

@@ -19,6 +19,7 @@ import pytest
 from tests import attention_cases as cases
 from tests.attention_cases import (ATTENTIONS, BERT_CONFIG, GPT_CONFIG, IDS, MASK, TYPES,
                                    perturbed, png)
+from tests.numerics import assert_close
 from zoo import decoding
 from zoo.commands import attention_maps as am
 from zoo.errors import ConfigError
@@ -117,8 +118,7 @@ def test_bert_sow_weights_keeps_outputs_and_sows_every_layer(bert_params, scan):
     for row in range(2):  # the numpy reference, per sequence, every layer
         real = MASK[row].astype(bool)
         want = _np_bert_attention(bert_params, IDS[row], TYPES[row], real, BERT_CONFIG)
-        np.testing.assert_allclose(weights[:, row][:, :, real], want[:, :, real],
-                                   rtol=1e-4, atol=1e-5)
+        assert_close(weights[:, row][:, :, real], want[:, :, real], 1e-4)
     assert np.all(weights[:, 1][..., ~MASK[1].astype(bool)] == 0)  # padding keys get nothing
 
 
@@ -140,8 +140,8 @@ def test_gpt_sow_weights_keeps_logits_and_sows_every_layer(gpt_params, scan):
     if scan:  # the scanned stack sows the same maps as the unscanned one
         unscanned = gpt.GPT(GPT_CONFIG).apply({"params": gpt_params}, IDS, sow_weights=True,
                                               mutable=["intermediates"])[1]
-        np.testing.assert_allclose(
-            weights, am._stacked(unscanned["intermediates"]["h"], "self_attention"), atol=1e-6)
+        assert_close(weights, am._stacked(unscanned["intermediates"]["h"], "self_attention"),
+                     1e-6)
 
 
 def test_stacked_orders_layers_by_number_scanned_or_not():
@@ -176,7 +176,7 @@ def test_bert_maps_equal_the_float64_encoder_and_carry_the_pieces(bert_params, w
     types = [0] * (len(ids_a) + 2) + [1] * (len(ids_b) + 1)  # text_b is segment 1
     want = _np_bert_attention(bert_params, np.array(ids), np.array(types), np.ones(15, bool),
                               BERT_CONFIG)
-    np.testing.assert_allclose(maps.weights, want, rtol=1e-4, atol=1e-5)
+    assert_close(maps.weights, want, 1e-4)
 
 
 def test_maps_for_model_reads_the_encoder_of_a_bert_head_model(bert_params, wordpiece):
@@ -356,12 +356,11 @@ def test_rnn_alignment_rows_are_the_models_softmax_at_each_step(rnn_models, spm,
         after = _top_h(state.carries[-1])[0]
         scores = _np_scores(attention, p, memory, before if attention == "additive" else after)
         alpha = np.exp(scores - scores.max())
-        np.testing.assert_allclose(m.weights[0, 0, t], alpha / alpha.sum(), rtol=1e-4,
-                                   atol=1e-6)
+        assert_close(m.weights[0, 0, t], alpha / alpha.sum(), 1e-4)
         if attention != "additive":
             context = _f64(m.weights[0, 0, t]) @ memory
             h_tilde = np.tanh(np.concatenate([context, after]) @ _f64(p["output_kernel"]))
-            np.testing.assert_allclose(state.feed[0], h_tilde, rtol=1e-4, atol=1e-5)
+            assert_close(state.feed[0], h_tilde, 1e-4)
     # Far from uniform next to the tolerances: the comparison above tells the scores apart.
     assert np.abs(m.weights - 1.0 / len(source_ids)).max() > 0.01
 
@@ -401,7 +400,7 @@ def test_gpt_classifier_maps_its_gpt_over_the_classifiers_own_input(spm):
     # Causal, so the [start] text prefix is GPT's own map of [BOS] text from params['gpt'] ...
     (lm,) = am.gpt_maps(gpt.GPT(config), params["gpt"], spm, text)
     n = lm.weights.shape[-1]
-    np.testing.assert_allclose(m.weights[..., :n, :n], lm.weights, rtol=1e-5, atol=1e-6)
+    assert_close(m.weights[..., :n, :n], lm.weights, 1e-5)
     # ... and the new tokens read the classifier's own rows: swapping the [delim] and [extract]
     # rows of params['special_tokens'] moves the [extract] row (a constant shift would not: the
     # first LayerNorm removes it).

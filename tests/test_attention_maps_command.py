@@ -21,6 +21,7 @@ from configs import translate as translate_config
 from tests import attention_cases as cases
 from tests.attention_cases import (ATTENTIONS, BERT_CONFIG, GPT_CONFIG, IDS, ROOT, perturbed,
                                    png)
+from tests.numerics import assert_close
 from zoo.commands import attention_maps as am
 from zoo.commands import jobs
 from zoo.errors import ConfigError
@@ -87,7 +88,7 @@ def test_command_on_a_trained_gpt_workdir(tiny_lm_config, tmp_path, monkeypatch,
     tokenizer = setup.task.tokenizer
     (want,) = am.gpt_maps(setup.task.model, trained, tokenizer, text)
     (fresh,) = am.gpt_maps(setup.task.model, setup.state.params, tokenizer, text)
-    np.testing.assert_allclose(drawn[0].weights, want.weights, atol=1e-6)
+    assert_close(drawn[0].weights, want.weights, 1e-6)
     assert np.abs(drawn[0].weights - fresh.weights).max() > 1e-4
     assert drawn[0].query_tokens[0] == tokenizer.id_to_token(tokenizer.bos_id)
 
@@ -106,7 +107,7 @@ def test_command_on_a_hugging_face_bert_directory(tmp_path, bert_params, wordpie
     assert png(paths[0]).text["Layers"] == "0,2"
     (want,) = am.bert_maps(BERT_CONFIG, bert_params, wordpiece, "the animal", "it was tired")
     assert drawn[0].query_tokens == want.query_tokens
-    np.testing.assert_allclose(drawn[0].weights, want.weights, rtol=1e-5, atol=1e-6)
+    assert_close(drawn[0].weights, want.weights, 1e-5)
 
 
 def test_command_on_a_gpt2_directory_needs_a_tokenizer(tmp_path, spm, monkeypatch):
@@ -126,7 +127,7 @@ def test_command_on_a_gpt2_directory_needs_a_tokenizer(tmp_path, spm, monkeypatc
     assert am.main(["x", *flags, f"--tokenizer={model_file}"]) == [
         str(tmp_path / "decoder_self.png")]
     (want,) = am.gpt_maps(gpt.GPT(config), params, spm, "one plus three")
-    np.testing.assert_allclose(drawn[0].weights, want.weights, rtol=1e-5, atol=1e-6)
+    assert_close(drawn[0].weights, want.weights, 1e-5)
     # A tokenizer with more ids than the model's vocabulary is refused, not clamped.
     small = dataclasses.replace(GPT_CONFIG, vocab_size=8)
     with pytest.raises(ValueError, match="vocabulary has 8 entries"):
@@ -261,7 +262,7 @@ def test_command_on_a_trained_rnn_seq2seq_workdir(attention, rnn_workdirs, monke
     tokenizer = setup.task.tokenizer
     (want_maps,) = am.alignment_maps(setup.task.model, trained, tokenizer, "一加三")
     assert m.query_tokens == want_maps.query_tokens
-    np.testing.assert_allclose(m.weights, want_maps.weights, atol=1e-6)
+    assert_close(m.weights, want_maps.weights, 1e-6)
     ids = [tokenizer.token_to_id(t) for t in m.query_tokens]
     ids = ids[:-1] if ids[-1] == tokenizer.eos_id else ids
     assert out[0] == f"translation: {tokenizer.decode(ids)}"

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from configs import classify as classify_config
+from tests.numerics import assert_close
 from zoo import hf
 from zoo.commands import jobs
 from zoo.data.synthetic import classification as synthetic_classification
@@ -74,8 +75,7 @@ def test_feature_extraction_equals_the_frozen_encoder(tiny_pretrained_bert):
         params[strategy] = _final_params(config, workdir)["classifier"]
     assert len(losses["frozen"]) == 6
     np.testing.assert_allclose(losses["features"], losses["frozen"], rtol=1e-5)
-    for a, b in zip(jax.tree.leaves(params["features"]), jax.tree.leaves(params["frozen"])):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+    assert_close(params["features"], params["frozen"], 1e-4)
 
 
 def test_eval_writes_predictions_and_reproduces_metrics(tiny_pretrained_bert):

@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
+from tests.numerics import assert_close
+
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
@@ -126,7 +128,7 @@ def test_loaded_model_gives_transformers_logits(checkpoint):
     assert max(np.abs(r).max() for r in ref) > 0.5  # worth comparing
     for got, want in zip(_zoo_outputs(model, params), ref, strict=True):
         assert got.shape == want.shape
-        assert np.abs(got - want).max() <= 1e-4
+        assert_close(got, want, 1e-4, err_msg=arch)
     if arch.startswith("GPT2"):
         # transformers' save_pretrained of a model writes no vocab.json / merges.txt
         assert isinstance(config, gpt.GPTConfig) and tokenizer is None

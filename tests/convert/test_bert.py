@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from tests.numerics import assert_close
 from zoo.convert import bert as convert
 from zoo.models.bert import BertForPreTraining, BertModel
 
@@ -78,8 +79,8 @@ def test_converted_bert_matches_hf_pretraining_logits(hf, scan_layers):
     ref_mlm, ref_nsp = _hf_pretraining(hf)
     assert np.abs(ref_mlm).max() > 0.5 and np.abs(ref_nsp).max() > 0.1  # worth comparing
     mlm, nsp = _ours(config, params)
-    np.testing.assert_allclose(mlm, ref_mlm, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(nsp, ref_nsp, rtol=1e-5, atol=1e-5)
+    assert_close(mlm, ref_mlm, 1e-5, err_msg="MLM logits")
+    assert_close(nsp, ref_nsp, 1e-5, err_msg="NSP logits")
 
 
 def test_bare_bertmodel_state_dict_loads_into_bertmodel(hf, state_dict):
@@ -94,9 +95,9 @@ def test_bare_bertmodel_state_dict_loads_into_bertmodel(hf, state_dict):
         {"params": p}, IDS.astype(np.int32), TYPES.astype(np.int32), MASK.astype(np.int32)))(params)
     with torch.no_grad():
         ref = hf.bert(_t(IDS), attention_mask=_t(MASK), token_type_ids=_t(TYPES))
-    np.testing.assert_allclose(np.asarray(seq)[REAL], ref.last_hidden_state.numpy()[REAL],
-                               rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(pooled, ref.pooler_output.numpy(), rtol=1e-5, atol=1e-5)
+    assert_close(np.asarray(seq)[REAL], ref.last_hidden_state.numpy()[REAL], 1e-5,
+                 err_msg="sequence output")
+    assert_close(pooled, ref.pooler_output.numpy(), 1e-5, err_msg="pooled output")
     # 'bert.'-prefixed names without heads, and heads=False on the full pretraining dict, load
     # the same encoder.
     prefixed = {"bert." + k: v for k, v in bare.items()}

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from tests.numerics import assert_close
 from zoo.convert import gpt2
 from zoo.models.gpt import GPT
 
@@ -59,7 +60,7 @@ def state_dict(hf):
 
 
 def _assert_logits_close(ours, ref):
-    np.testing.assert_allclose(np.asarray(ours), ref, rtol=1e-5, atol=1e-5)
+    assert_close(np.asarray(ours), ref, 1e-5, err_msg="logits")
 
 
 @pytest.mark.parametrize("scan_layers", [False, True])

@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from tests.numerics import assert_close
 from zoo import hf
 from zoo.convert.tf_checkpoint import crc32c, list_tf_checkpoint, read_tf_checkpoint
 from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
@@ -147,8 +148,8 @@ def test_google_research_directory_gives_transformers_logits(loaded):
     real = mask.astype(bool)  # padding queries mean nothing (HF lets them attend, we do not)
     want_mlm, want_nsp = ref["prediction_logits"][real], ref["seq_relationship_logits"]
     assert np.abs(want_mlm).max() > 0.5 and np.abs(want_nsp).max() > 0.1  # worth comparing
-    assert np.abs(np.asarray(mlm)[real] - want_mlm).max() <= 1e-4
-    assert np.abs(np.asarray(nsp) - want_nsp).max() <= 1e-4
+    assert_close(np.asarray(mlm)[real], want_mlm, 1e-4, err_msg="MLM logits")
+    assert_close(np.asarray(nsp), want_nsp, 1e-4, err_msg="NSP logits")
     # vocab.txt without tokenizer_config.json, all lowercase: an uncased tokenizer.
     assert isinstance(tokenizer, WordPieceTokenizer) and tokenizer.lowercase
     assert tokenizer.tokenize("The Cats ran.") == ["the", "cat", "##s", "ran", "."]

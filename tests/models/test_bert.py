@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.numerics import assert_close
 from zoo.models import bert
 from zoo.train import partitioning
 
@@ -107,7 +108,7 @@ def test_sharded_over_a_mesh_matches_single_device(params):
         got = _pretraining(CONFIG)(sharded, IDS[[0, 1, 0, 1]], TYPES[[0, 1, 0, 1]],
                                    MASK[[0, 1, 0, 1]], POSITIONS[[0, 1, 0, 1]])
     for a, b in zip(got, pretraining(params, IDS, TYPES, MASK, POSITIONS)):
-        np.testing.assert_allclose(np.asarray(a)[:B], b, rtol=1e-5, atol=1e-5)
+        assert_close(np.asarray(a)[:B], b, 1e-5)
 
 
 def test_mlm_logits_at_gathered_positions_match_a_float64_full_sequence_head(params):
@@ -116,11 +117,11 @@ def test_mlm_logits_at_gathered_positions_match_a_float64_full_sequence_head(par
     _, full = _np_mlm_head(params, seq)  # (B, T, V)
     mlm, _ = pretraining(params, IDS, TYPES, MASK, POSITIONS)
     want = full[np.arange(B)[:, None], POSITIONS]  # (B, P, V)
-    np.testing.assert_allclose(mlm, want, rtol=1e-5, atol=1e-5)
+    assert_close(mlm, want, 1e-5)
     # Asking for every position gives the whole full-sequence head, row by row.
     every = np.broadcast_to(np.arange(T, dtype=np.int32), (B, T))
     mlm_all, _ = _pretraining(CONFIG)(params, IDS, TYPES, MASK, every)
-    np.testing.assert_allclose(mlm_all, full, rtol=1e-5, atol=1e-5)
+    assert_close(mlm_all, full, 1e-5)
 
 
 def test_padding_does_not_influence_real_tokens(params):
@@ -130,13 +131,13 @@ def test_padding_does_not_influence_real_tokens(params):
     seq, pooled = encoder(params["bert"], IDS, TYPES, MASK)
     seq2, pooled2 = encoder(params["bert"], ids2, types2, MASK.astype(bool))  # bool == int
     real = ~pad
-    np.testing.assert_allclose(seq2[real], seq[real], rtol=0, atol=1e-6)
-    np.testing.assert_allclose(pooled2, pooled, rtol=0, atol=1e-6)
+    assert_close(seq2[real], seq[real], 1e-6)
+    assert_close(pooled2, pooled, 1e-6)
     assert np.abs(np.asarray(seq2)[pad] - np.asarray(seq)[pad]).max() > 1e-2  # inputs did change
     # The heads read only real positions (POSITIONS avoid row 1's pads at 4, 5).
     for a, b in zip(pretraining(params, IDS, TYPES, MASK, POSITIONS),
                     pretraining(params, ids2, types2, MASK, POSITIONS)):
-        np.testing.assert_allclose(a, b, rtol=0, atol=1e-5)
+        assert_close(a, b, 1e-5)
     # Without the mask the same change does reach the real tokens: the mask is what isolates.
     no_mask = np.ones_like(MASK)
     seq3, _ = encoder(params["bert"], IDS, TYPES, no_mask)
@@ -148,7 +149,7 @@ def test_pooled_output_is_tanh_of_dense_over_cls(params):
     seq, pooled = encoder(params["bert"], IDS, TYPES, MASK)
     dense = params["bert"]["pooler"]["dense"]
     want = np.tanh(_f64(seq)[:, 0] @ _f64(dense["kernel"]) + _f64(dense["bias"]))
-    np.testing.assert_allclose(pooled, want, rtol=1e-5, atol=1e-6)
+    assert_close(pooled, want, 1e-5)
 
 
 def test_mlm_decoder_is_the_word_embedding_table(params):
@@ -168,7 +169,7 @@ def test_mlm_decoder_is_the_word_embedding_table(params):
     h = h[np.arange(B)[:, None], POSITIONS]  # (B, P, H)
     unused = np.setdiff1d(np.arange(50), IDS)  # rows reached only through the decoder
     want = np.einsum("bpv,bph->vh", c, h)[unused]
-    np.testing.assert_allclose(np.asarray(grad)[unused], want, rtol=1e-4, atol=1e-5)
+    assert_close(np.asarray(grad)[unused], want, 1e-4)
     assert np.abs(want).max() > 0.1
 
 
@@ -184,7 +185,7 @@ def test_scanned_layers_match_unscanned_with_restacked_params(params):
             == jax.tree.map(lambda x: x.shape, scanned))
     for a, b in zip(_pretraining(scanned_config)(scanned, IDS, TYPES, MASK, POSITIONS),
                     pretraining(params, IDS, TYPES, MASK, POSITIONS)):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+        assert_close(a, b, 1e-5)
 
 
 def test_bfloat16_compute_keeps_float32_params_and_logits(params):
@@ -198,9 +199,8 @@ def test_bfloat16_compute_keeps_float32_params_and_logits(params):
     assert mlm.dtype == nsp.dtype == jnp.float32
     ref_mlm, ref_nsp = pretraining(params, IDS, TYPES, MASK, POSITIONS)
     # bf16 keeps ~3 significant digits; through 2 layers the logits stay within a few %.
-    scale = np.abs(ref_mlm).max()
-    np.testing.assert_allclose(mlm, ref_mlm, atol=0.05 * scale)
-    np.testing.assert_allclose(nsp, ref_nsp, atol=0.05 * np.abs(ref_nsp).max())
+    assert_close(mlm, ref_mlm, 0.05)
+    assert_close(nsp, ref_nsp, 0.05)
 
 
 def test_dropout_is_active_only_when_not_deterministic(params):

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.numerics import assert_close
 from zoo.convert import bert as convert
 from zoo.models import bert
 
@@ -116,8 +117,8 @@ def test_span_logits_are_a_dense_head_over_the_sequence_output(qa_params):
     start, end = jax.jit(lambda p: bert.BertForQuestionAnswering(CONFIG).apply(
         {"params": p}, IDS, TYPES, MASK))(qa_params)
     assert np.abs(ref[..., 0] - ref[..., 1]).max() > 0.1  # start and end differ: order matters
-    np.testing.assert_allclose(start, ref[..., 0], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(end, ref[..., 1], rtol=1e-5, atol=1e-5)
+    assert_close(start, ref[..., 0], 1e-5, err_msg="start")
+    assert_close(end, ref[..., 1], 1e-5, err_msg="end")
 
 
 def test_classifier_is_dense_over_dropout_of_pooled(cls_params):
@@ -138,16 +139,15 @@ def test_classifier_is_dense_over_dropout_of_pooled(cls_params):
 
     logits, (train_logits, state), default_logits = run(cls_params, jax.random.key(3))
     _, pooled = _encoder(cls_params["bert"])
-    np.testing.assert_allclose(logits, _dense64(pooled, cls_params["classifier"]),
-                               rtol=1e-5, atol=1e-5)
+    assert_close(logits, _dense64(pooled, cls_params["classifier"]), 1e-5)
     seen = state["intermediates"]
     pooled = np.asarray(seen["bert"]["pooler"]["__call__"][0], np.float64)  # this step's
     dropped = np.asarray(seen["dropout"]["__call__"][0], np.float64)
     # Inverted dropout at rate 0.5: every unit is 0 or twice the pooled value; both happen.
-    kept = np.isclose(dropped, 2 * pooled, rtol=1e-6, atol=1e-7)
-    assert np.all(kept | (dropped == 0)) and 0 < kept.sum() < kept.size
-    np.testing.assert_allclose(train_logits, _dense64(dropped, cls_params["classifier"]),
-                               rtol=1e-5, atol=1e-5)
+    kept = dropped != 0
+    assert_close(dropped, np.where(kept, 2 * pooled, 0), 1e-6, err_msg="dropout output")
+    assert 0 < kept.sum() < kept.size
+    assert_close(train_logits, _dense64(dropped, cls_params["classifier"]), 1e-5)
     # dropout_rate=None uses config.dropout_rate: another rate, so other masks and logits.
     assert not np.allclose(default_logits, train_logits)
 

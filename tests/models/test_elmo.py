@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.numerics import assert_close
 from zoo.models import elmo
 
 V, H = 13, 8
@@ -69,15 +70,11 @@ def test_one_layer_bilm_matches_float64_lstm_reference():
         f = _lstm_reference(x, params["forward_0"]["cell"], n, reverse=False)
         r = _lstm_reference(x, params["backward_0"]["cell"], n, reverse=True)
         x0 = np.where(np.arange(6)[:, None] < n, x, 0.0)
-        np.testing.assert_allclose(layers[b, 0], np.concatenate([x0, x0], -1), rtol=1e-5,
-                                   atol=1e-6)
-        np.testing.assert_allclose(layers[b, 1], np.concatenate([f, r], -1), rtol=1e-4,
-                                   atol=1e-5)
+        assert_close(layers[b, 0], np.concatenate([x0, x0], -1), 1e-5)
+        assert_close(layers[b, 1], np.concatenate([f, r], -1), 1e-4)
         # One shared softmax scores both directions' top layer.
-        np.testing.assert_allclose(np.asarray(fwd_logits[b, :n]), f[:n] @ kernel + bias,
-                                   rtol=1e-4, atol=1e-4)
-        np.testing.assert_allclose(np.asarray(bwd_logits[b, :n]), r[:n] @ kernel + bias,
-                                   rtol=1e-4, atol=1e-4)
+        assert_close(np.asarray(fwd_logits[b, :n]), f[:n] @ kernel + bias, 1e-4)
+        assert_close(np.asarray(bwd_logits[b, :n]), r[:n] @ kernel + bias, 1e-4)
 
 
 def test_the_fused_lstm_kernel_gives_the_scans_bilm_and_gradients():
@@ -95,8 +92,7 @@ def test_the_fused_lstm_kernel_gives_the_scans_bilm_and_gradients():
             return jnp.sum(jnp.sin(fwd)) + jnp.sum(jnp.cos(bwd)) + jnp.sum(layers ** 2)
         return jax.jit(jax.value_and_grad(f))(params)
 
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5),
-                 loss(fused), loss(scan))
+    assert_close(loss(fused), loss(scan), 2e-5)
 
 
 def test_second_layer_adds_the_residual():
@@ -106,8 +102,8 @@ def test_second_layer_adds_the_residual():
     params = _init(with_res)  # the same parameters serve both
     a = np.asarray(_jit(with_res)(params, ids, lengths)[1])
     b = np.asarray(_jit(without)(params, ids, lengths)[1])
-    np.testing.assert_allclose(a[:, 1], b[:, 1])  # the first LSTM layer has no residual
-    np.testing.assert_allclose(a[:, 2], b[:, 2] + b[:, 1], rtol=1e-5, atol=1e-6)
+    assert_close(a[:, 1], b[:, 1], 1e-7)  # the first LSTM layer has no residual
+    assert_close(a[:, 2], b[:, 2] + b[:, 1], 1e-5)
 
 
 def test_forward_reads_left_to_right_and_backward_right_to_left():
@@ -138,9 +134,9 @@ def test_padding_is_invisible():
     (fa, ba), la = apply(params, short, lengths)
     (fb, bb), lb = apply(params, long, lengths)
     for x, y in ((fa, fb), (ba, bb)):
-        np.testing.assert_allclose(np.asarray(y)[:, :4], np.asarray(x), rtol=1e-5, atol=1e-6)
+        assert_close(np.asarray(y)[:, :4], np.asarray(x), 1e-5)
     la, lb = np.asarray(la), np.asarray(lb)
-    np.testing.assert_allclose(lb[:, :, :4], la, rtol=1e-5, atol=1e-6)
+    assert_close(lb[:, :, :4], la, 1e-5)
     np.testing.assert_array_equal(lb[:, :, 4:], 0.0)  # nothing past the length
 
 
@@ -153,13 +149,13 @@ def test_scalar_mix_matches_float64_reference():
     w = np.exp(s.astype(np.float64))
     w /= w.sum()
     expected = 1.7 * np.einsum("l,bltd->btd", w, layers.astype(np.float64))
-    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+    assert_close(out, expected, 1e-5)
 
     # With layer_norm each layer is first standardised over its features, per token.
     out = np.asarray(elmo.ScalarMix(3, layer_norm=True).apply({"params": params}, layers))
     x = layers.astype(np.float64)
     x = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-6)
-    np.testing.assert_allclose(out, 1.7 * np.einsum("l,bltd->btd", w, x), rtol=1e-4, atol=1e-5)
+    assert_close(out, 1.7 * np.einsum("l,bltd->btd", w, x), 1e-4)
 
 
 def test_scalar_mix_weights_are_normalised_and_trainable():
@@ -169,7 +165,7 @@ def test_scalar_mix_weights_are_normalised_and_trainable():
     params = {"scalar_weights": np.array([2.0, -3.0, 0.5], np.float32), "gamma": np.float32(0.6)}
     # Three copies of one layer: whatever s is, weights summing to 1 give back gamma * h.
     out = mix.apply({"params": params}, np.repeat(h, 3, axis=1))
-    np.testing.assert_allclose(np.asarray(out), 0.6 * h[:, 0], rtol=1e-5, atol=1e-6)
+    assert_close(np.asarray(out), 0.6 * h[:, 0], 1e-5)
 
     # Different layers: the loss has a gradient in every s_j and in gamma.
     layers = rng.normal(size=(2, 3, 5, 4)).astype(np.float32)
@@ -264,12 +260,10 @@ def test_align_head_ignores_word_order_and_padding_and_needs_pairs():
     perm_a, perm_b = [2, 0, 3, 1, 4], [1, 2, 0, 3]  # within the real tokens of row 0
     shuffled = head.apply(params, a[:, perm_a], mask_a[:, perm_a], b[:, perm_b],
                           mask_b[:, perm_b])
-    np.testing.assert_allclose(np.asarray(shuffled[0]), np.asarray(out[0]), rtol=1e-5,
-                               atol=1e-5)
+    assert_close(np.asarray(shuffled[0]), np.asarray(out[0]), 1e-5)
     junk_a = a.copy()
     junk_a[~mask_a] = 100.0  # padding's features never enter
-    np.testing.assert_allclose(np.asarray(head.apply(params, junk_a, mask_a, b, mask_b)),
-                               np.asarray(out), rtol=1e-6)
+    assert_close(np.asarray(head.apply(params, junk_a, mask_a, b, mask_b)), np.asarray(out), 1e-6)
     with pytest.raises(ValueError, match="align"):
         elmo.FeatureClassifierConfig(num_classes=2, kind="word2vec", vocab_size=5, embed_dim=4,
                                      head="align", pair=False)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.numerics import assert_close
 from zoo.models import gpt
 from zoo.models.gpt_classifier import (
     GPTForClassification,
@@ -45,7 +46,7 @@ def test_head_reads_exactly_the_extract_state(model_and_params):
     h = np.asarray(hidden[0, E], np.float64)
     w = np.asarray(params["classifier"]["kernel"], np.float64)
     b = np.asarray(params["classifier"]["bias"], np.float64)
-    np.testing.assert_allclose(np.asarray(logits[0]), h @ w + b, rtol=1e-5, atol=1e-6)
+    assert_close(np.asarray(logits[0]), h @ w + b, 1e-5)
     assert lm_logits.shape == (1, T, V)
     # Not the last column: its state differs from the extract position's.
     assert not np.allclose(np.asarray(hidden[0, -1]), h, atol=1e-3)
@@ -78,11 +79,11 @@ def test_multiple_choice_scores_each_option_alone():
     scores, lm_logits = mc.apply({"params": mc_params}, tokens)
     assert scores.shape == (1, 3) and lm_logits.shape == (1, 3, T, V)
     alone = [float(mc.apply({"params": mc_params}, o[None, None])[0][0, 0]) for o in options]
-    np.testing.assert_allclose(np.asarray(scores[0]), alone, rtol=1e-5, atol=1e-6)
+    assert_close(np.asarray(scores[0]), np.asarray(alone), 1e-5)
     assert len(set(np.round(alone, 6))) == 3
     # Permuting the options permutes their scores: no option sees another.
     permuted = np.asarray(mc.apply({"params": mc_params}, options[[2, 0, 1]][None])[0][0])
-    np.testing.assert_allclose(permuted, np.asarray(scores[0])[[2, 0, 1]], rtol=1e-5, atol=1e-6)
+    assert_close(permuted, np.asarray(scores[0])[[2, 0, 1]], 1e-5)
     # The class loss is a softmax over the K options (float64 reference).
     s = np.asarray(scores[0], np.float64)
     batch = {"label": np.array([2]), "example_weight": np.ones(1, np.float32),
@@ -180,8 +181,7 @@ def test_gpt_extra_embeddings_and_hidden_keep_plain_behaviour():
     # No id >= V: the extra rows change nothing; the logits are hidden @ wte^T.
     np.testing.assert_array_equal(np.asarray(plain), np.asarray(logits))
     wte = np.asarray(params["wte"]["embedding"], np.float64)
-    np.testing.assert_allclose(np.asarray(hidden, np.float64) @ wte.T, np.asarray(logits),
-                               rtol=1e-4, atol=1e-5)
+    assert_close(np.asarray(hidden, np.float64) @ wte.T, np.asarray(logits), 1e-4)
     # An id V + i reads extra row i: the same states as a token whose embedding is that row.
     swapped = tokens.copy()
     swapped[0, 1] = V + 1
@@ -189,4 +189,4 @@ def test_gpt_extra_embeddings_and_hidden_keep_plain_behaviour():
     params_with_row["wte"] = {"embedding": params["wte"]["embedding"].at[7].set(extra[1])}
     _, got = model.apply({"params": params}, swapped, extra_embeddings=extra, return_hidden=True)
     _, want = model.apply({"params": params_with_row}, tokens, return_hidden=True)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+    assert_close(np.asarray(got), np.asarray(want), 1e-5)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.numerics import assert_close
 from zoo.models import nnlm
 
 V, CONTEXT, M, H = 13, 3, 4, 5
@@ -60,12 +61,10 @@ def test_logits_equal_float64_reference_of_bengio_formula(hidden_dim, direct):
     logits = nnlm.NNLM(cfg).apply({"params": params}, jnp.asarray(tokens),
                                   segment_ids=jnp.asarray(segment_ids))
     assert logits.dtype == jnp.float32 and logits.shape == (2, 7, V)
-    np.testing.assert_allclose(logits, _reference(params, tokens, segment_ids, cfg),
-                               rtol=1e-5, atol=1e-5)
+    assert_close(logits, _reference(params, tokens, segment_ids, cfg), 1e-5)
     # Without segment ids a row is one document: the window crosses the 1 -> 2 boundary.
     no_segments = nnlm.NNLM(cfg).apply({"params": params}, jnp.asarray(tokens))
-    np.testing.assert_allclose(
-        no_segments, _reference(params, tokens, np.ones_like(tokens), cfg), rtol=1e-5, atol=1e-5)
+    assert_close(no_segments, _reference(params, tokens, np.ones_like(tokens), cfg), 1e-5)
 
 
 def test_a_token_sees_only_the_previous_n_minus_1_tokens_of_its_own_document():
@@ -127,7 +126,7 @@ def test_bfloat16_compute_returns_float32_logits_close_to_float32():
     full = nnlm.NNLM(cfg).apply({"params": params}, tokens)
     half = nnlm.NNLM(dataclasses.replace(cfg, dtype="bfloat16")).apply({"params": params}, tokens)
     assert half.dtype == jnp.float32
-    np.testing.assert_allclose(half, full, atol=0.1 * float(jnp.abs(full).max()))
+    assert_close(half, full, 0.1)
     assert not np.allclose(half, full, atol=1e-6)  # it really computed in bfloat16
 
 

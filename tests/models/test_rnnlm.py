@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.numerics import assert_close
 from zoo.models import rnnlm
 
 V, D, H = 11, 5, 6
@@ -92,12 +93,10 @@ def test_logits_equal_float64_reference_with_resets_at_document_starts(cell, tie
     logits = rnnlm.RNNLM(cfg).apply({"params": params}, jnp.asarray(TOKENS),
                                     segment_ids=jnp.asarray(SEGMENTS))
     assert logits.dtype == jnp.float32 and logits.shape == (2, 7, V)
-    np.testing.assert_allclose(logits, _reference(params, TOKENS, SEGMENTS, cfg),
-                               rtol=1e-5, atol=1e-5)
+    assert_close(logits, _reference(params, TOKENS, SEGMENTS, cfg), 1e-5)
     # Without segment ids a row is one document: the state crosses the 1 -> 2 boundary.
     whole = rnnlm.RNNLM(cfg).apply({"params": params}, jnp.asarray(TOKENS))
-    np.testing.assert_allclose(whole, _reference(params, TOKENS, np.ones_like(TOKENS), cfg),
-                               rtol=1e-5, atol=1e-5)
+    assert_close(whole, _reference(params, TOKENS, np.ones_like(TOKENS), cfg), 1e-5)
 
 
 @pytest.mark.parametrize("cell,tie", CELLS)
@@ -133,11 +132,10 @@ def test_one_step_decoding_equals_the_full_forward_at_every_position(cell, tie):
 
     # A 3-token prefill chunk, then one token at a time from the carried state.
     logits, carries = step(tokens[:, :3], rnnlm.initial_carries(cfg, 2))
-    np.testing.assert_allclose(logits, full[:, :3], rtol=1e-5, atol=1e-5)
+    assert_close(logits, full[:, :3], 1e-5)
     for t in range(3, TOKENS.shape[1]):
         logits, carries = step(tokens[:, t : t + 1], carries)
-        np.testing.assert_allclose(logits[:, 0], full[:, t], rtol=1e-5, atol=1e-5,
-                                   err_msg=f"position {t}")
+        assert_close(logits[:, 0], full[:, t], 1e-5, err_msg=f"position {t}")
     # The state is float32 [B, H] per leaf, batch first (the Decoder's batch axis 0).
     assert all(c.shape == (2, H) and c.dtype == jnp.float32 for c in jax.tree.leaves(carries))
     assert len(carries) == cfg.num_layers
@@ -179,7 +177,7 @@ def test_bfloat16_compute_returns_float32_logits_close_to_float32():
                                                 return_carries=True)
     assert half.dtype == jnp.float32
     assert all(c.dtype == jnp.float32 for c in jax.tree.leaves(carries))  # the state stays f32
-    np.testing.assert_allclose(half, full, atol=0.05 * float(jnp.abs(full).max()))
+    assert_close(half, full, 0.05)
     assert not np.allclose(half, full, atol=1e-6)  # it really computed in bfloat16
 
 

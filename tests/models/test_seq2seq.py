@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.numerics import assert_close
 from zoo import decoding
 from zoo.models import seq2seq as s2s
 
@@ -188,10 +189,10 @@ def test_logits_and_attention_match_float64_reference(case):
     logits, _, alpha = _forward(cfg)(params, SRC, TGT_IN)
     want, want_alpha = _reference(cfg, params, SRC, TGT_IN)
     assert logits.shape == (B, T, V) and logits.dtype == jnp.float32
-    np.testing.assert_allclose(logits, want, rtol=2e-5, atol=2e-5)
+    assert_close(logits, want, 2e-5, err_msg="logits")
     if cfg.attention != "none":
         assert alpha.shape == (B, T, S) and alpha.dtype == jnp.float32
-        np.testing.assert_allclose(alpha, want_alpha, atol=1e-6)
+        assert_close(alpha, want_alpha, 1e-6, err_msg="attention weights")
 
 
 @pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[4]],
@@ -206,12 +207,11 @@ def test_decoder_starts_from_the_encoders_final_state(case):
     for b in range(B):
         memory, finals = _reference_encoder(cfg, p, SRC[b])
         n = len(memory)
-        np.testing.assert_allclose(state.memory[b, :n], memory, rtol=1e-5, atol=1e-6)
+        assert_close(state.memory[b, :n], memory, 1e-5, err_msg=f"memory, row {b}")
         np.testing.assert_array_equal(state.memory[b, n:], 0.0)
         for k in range(cfg.num_layers):
             got = jax.tree.map(lambda x, b=b: x[b], state.carries[k])
-            jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6),
-                         got, finals[k])
+            assert_close(got, finals[k], 1e-5, err_msg=f"carries, row {b}, layer {k}")
     np.testing.assert_array_equal(state.valid, SRC != PAD)
     assert state.feed.shape == (B, H if cfg.luong else 0)
 
@@ -223,9 +223,9 @@ def test_source_padding_changes_nothing(attention):
     logits, _, alpha = _forward(cfg)(params, SRC, TGT_IN)
     padded = np.pad(SRC, ((0, 0), (0, 3)), constant_values=PAD)  # (B, S + 3)
     more, _, weights = _forward(cfg)(params, padded, TGT_IN)
-    np.testing.assert_allclose(more, logits, rtol=1e-6, atol=1e-6)
+    assert_close(more, logits, 1e-6, err_msg="logits")
     if attention != "none":
-        np.testing.assert_allclose(weights[..., :S], alpha, atol=1e-7)
+        assert_close(weights[..., :S], alpha, 1e-7, err_msg="attention weights")
         np.testing.assert_array_equal(weights[..., S:], 0.0)
 
 
@@ -253,7 +253,7 @@ def test_one_step_decoding_equals_teacher_forcing(attention):
     state = decoder.state
     for t in range(T):
         step_logits, state = step(decoder.params, jnp.asarray(TGT_IN[:, t:t + 1]), state)
-        np.testing.assert_allclose(step_logits, logits[:, t], rtol=1e-5, atol=1e-5)
+        assert_close(step_logits, logits[:, t], 1e-5, err_msg=f"position {t}")
 
 
 @functools.cache
@@ -290,7 +290,7 @@ def test_greedy_decoding_is_an_argmax_loop_and_beam_one_is_greedy(attention):
                 score[b] += logp[b, tokens[b, t + 1]]
                 done[b] = tokens[b, t + 1] == EOS
     np.testing.assert_array_equal(out.tokens, tokens)
-    np.testing.assert_allclose(out.scores, score, rtol=1e-4, atol=1e-4)
+    assert_close(out.scores, score, 1e-4, err_msg="greedy scores")
     assert len({tuple(r) for r in tokens[:, 1:]}) == B  # two sources, two translations
 
     beam = decoding.beam_search(s2s.seq2seq_decoder(s2s.Seq2Seq(cfg), params, SRC,
@@ -298,7 +298,7 @@ def test_greedy_decoding_is_an_argmax_loop_and_beam_one_is_greedy(attention):
                                 prompts, beam_size=1, max_len=max_len, alpha=0.0, eos_id=EOS,
                                 pad_id=PAD)
     np.testing.assert_array_equal(beam.tokens[:, 0], out.tokens)
-    np.testing.assert_allclose(beam.scores[:, 0], out.scores, rtol=1e-5, atol=1e-5)
+    assert_close(beam.scores[:, 0], out.scores, 1e-5, err_msg="beam-1 scores")
 
 
 def test_beam_search_scores_are_the_teacher_forced_scores_of_its_hypotheses():
@@ -321,8 +321,9 @@ def test_beam_search_scores_are_the_teacher_forced_scores_of_its_hypotheses():
             if n == 0:
                 continue
             total = sum(logp[b, t, tokens[b, t + 1]] for t in range(n - 1))
-            np.testing.assert_allclose(out.scores[b, j], total / (n - 1) ** alpha, rtol=1e-4,
-                                       atol=1e-4)
+            # A sum of log-probabilities of one sign: the score's own size is its scale.
+            assert_close(out.scores[b, j], total / (n - 1) ** alpha, 1e-4,
+                         err_msg=f"row {b}, hypothesis {j}")
             checked += 1
     assert checked >= B * 2
 

@@ -14,6 +14,7 @@ import numpy as np
 import optax
 import pytest
 
+from tests.numerics import assert_close
 from zoo import decoding
 from zoo.models import transformer as tr
 from zoo.train import partitioning
@@ -165,8 +166,8 @@ def test_source_padding_changes_nothing_at_real_positions():
     logits, encoded, _ = _run(CFG)(params, SRC, TGT_IN)
     narrow = np.array([[5, 6, 7], [10, 11, 12]], np.int32)  # row 1 unpadded
     logits_narrow, encoded_narrow, _ = _run(CFG)(params, narrow, TGT_IN)
-    np.testing.assert_allclose(logits[1], logits_narrow[1], rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(encoded[1, :3], encoded_narrow[1], rtol=1e-5, atol=1e-5)
+    assert_close(logits[1], logits_narrow[1], 1e-5, err_msg="logits")
+    assert_close(encoded[1, :3], encoded_narrow[1], 1e-5, err_msg="encoder outputs")
     # Row 0 lost real tokens, so it must change: the comparison can tell inputs apart.
     assert np.abs(np.asarray(logits[0] - logits_narrow[0])).max() > 1e-3
 
@@ -190,7 +191,7 @@ def test_incremental_decoding_equals_teacher_forcing(cfg):
     state = decoder.state
     for t in range(T):
         logits, state = step(decoder.params, TGT_IN[:, t: t + 1], state)
-        np.testing.assert_allclose(logits, full[:, t], rtol=1e-5, atol=1e-5, err_msg=f"t={t}")
+        assert_close(logits, full[:, t], 1e-5, err_msg=f"t={t}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -257,15 +258,15 @@ def test_tied_matrix_serves_each_role_and_gets_every_roles_gradient(mode):
             "output_projection": {"kernel": table.T}}
     (_, tied_logits), g_tied = _loss_and_grad(cfg)(tied)
     (_, free_logits), g_free = _loss_and_grad(free_cfg)(free)
-    np.testing.assert_allclose(tied_logits, free_logits, rtol=1e-6, atol=1e-6)
+    assert_close(tied_logits, free_logits, 1e-6, err_msg="logits")
     roles = [g_free["target_embedding"]["embedding"], g_free["output_projection"]["kernel"].T]
     if mode == "all":
         roles.append(g_free["source_embedding"]["embedding"])
     else:  # the separate source table is exactly the untied model's source table
-        np.testing.assert_allclose(g_tied["source_embedding"]["embedding"],
-                                   g_free["source_embedding"]["embedding"], rtol=1e-5, atol=1e-6)
+        assert_close(g_tied["source_embedding"]["embedding"],
+                     g_free["source_embedding"]["embedding"], 1e-5, err_msg="source gradient")
     assert all(np.abs(np.asarray(g)).max() > 1e-3 for g in roles)
-    np.testing.assert_allclose(g_tied[name]["embedding"], sum(roles), rtol=1e-5, atol=1e-5)
+    assert_close(g_tied[name]["embedding"], sum(roles), 1e-5, err_msg=f"{name} gradient")
 
 
 def test_embeddings_are_scaled_by_sqrt_d_and_get_the_papers_sinusoids():
@@ -277,7 +278,7 @@ def test_embeddings_are_scaled_by_sqrt_d_and_get_the_papers_sinusoids():
     for name, ids in (("source_positions", SRC), ("target_positions", TGT_IN)):
         got = state["intermediates"][name]["__call__"][0]
         want = table[ids] * math.sqrt(D) + _sinusoid64(ids.shape[1], D)[None]
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=name)
+        assert_close(got, want, 1e-5, err_msg=name)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -321,7 +322,7 @@ def test_greedy_translation_equals_an_argmax_loop_over_the_full_forward():
     lengths = [next((i + 1 for i, x in enumerate(row) if x == EOS), max_out) for row in want]
     assert lengths[1] < max_out and EOS not in want[0], want
     np.testing.assert_array_equal(out.lengths, lengths)
-    np.testing.assert_allclose(out.scores, logp, rtol=1e-5, atol=1e-5)
+    assert_close(out.scores, logp, 1e-5, err_msg="scores")
 
 
 def test_beam_search_with_one_beam_is_greedy():
@@ -331,7 +332,7 @@ def test_beam_search_with_one_beam_is_greedy():
     beam = tr.translate(model, params, SRC, method="beam", beam_size=1, alpha=0.0)
     np.testing.assert_array_equal(beam.tokens, greedy.tokens)
     np.testing.assert_array_equal(beam.lengths, greedy.lengths)
-    np.testing.assert_allclose(beam.scores, greedy.scores, rtol=1e-5, atol=1e-5)
+    assert_close(beam.scores, greedy.scores, 1e-5, err_msg="scores")
 
 
 def test_output_length_is_a_times_the_longest_source_plus_b_capped_by_max_len():
@@ -358,7 +359,7 @@ def test_beam_search_keeps_each_sentence_with_its_own_encoder_output():
 
     out, swapped = beams(SRC), beams(SRC[::-1])
     np.testing.assert_array_equal(out.tokens, swapped.tokens[::-1])
-    np.testing.assert_allclose(out.scores, swapped.scores[::-1], rtol=1e-5, atol=1e-5)
+    assert_close(out.scores, swapped.scores[::-1], 1e-5, err_msg="scores")
     assert not np.array_equal(out.tokens[0], out.tokens[1])  # else the swap proves nothing
     for j in range(k):  # rescore beam j of both rows with the full forward
         seqs, n = np.asarray(out.tokens[:, j]), np.asarray(out.lengths[:, j])
@@ -366,8 +367,9 @@ def test_beam_search_keeps_each_sentence_with_its_own_encoder_output():
         logp = _log_softmax64(_logits(CFG, params, SRC, buf))  # (B, T, V)
         for b in range(B):
             total = sum(logp[b, i - 1, seqs[b, i]] for i in range(1, n[b]))
-            np.testing.assert_allclose(out.scores[b, j], total / (n[b] - 1) ** alpha,
-                                       rtol=1e-5, atol=1e-5)
+            # A sum of log-probabilities of one sign: the score's own size is its scale.
+            assert_close(out.scores[b, j], total / (n[b] - 1) ** alpha, 1e-5,
+                         err_msg=f"row {b}, beam {j}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,7 +380,7 @@ def test_jit_equals_no_jit():
     params = _cached_params(CFG)
     eager = tr.EncoderDecoder(CFG).apply({"params": params}, SRC, TGT_IN)
     # Equal up to float32 reassociation in XLA's fused kernels.
-    np.testing.assert_allclose(eager, _logits(CFG, params), rtol=1e-5, atol=1e-5)
+    assert_close(eager, _logits(CFG, params), 1e-5)
 
 
 def test_dropout_only_in_training_and_driven_by_the_rng():
@@ -395,7 +397,7 @@ def test_dropout_only_in_training_and_driven_by_the_rng():
     evaluation, train_a = run(jax.random.key(1))
     _, train_a_again = run(jax.random.key(1))
     _, train_b = run(jax.random.key(2))
-    np.testing.assert_allclose(evaluation, _logits(CFG, params), rtol=1e-5, atol=1e-5)
+    assert_close(evaluation, _logits(CFG, params), 1e-5)
     np.testing.assert_array_equal(train_a, train_a_again)
     assert (np.abs(np.asarray(train_a - evaluation)).max(-1) > 1e-3).all()  # every position
     assert np.abs(np.asarray(train_a - train_b)).max() > 1e-3
@@ -418,14 +420,14 @@ def test_sharded_over_a_2x4_mesh_equals_single_device():
         got = jax.jit(model.apply)({"params": params}, SRC, TGT_IN)
     assert got.sharding.spec[0] is not None  # the batch really was split
     single = jax.device_put(jax.device_get(params), jax.devices()[0])
-    np.testing.assert_allclose(got, _logits(CFG, single), rtol=1e-5, atol=1e-5)
+    assert_close(got, _logits(CFG, single), 1e-5)
 
 
 @pytest.mark.parametrize("cfg", [CFG, CFG_SCAN], ids=["unscanned", "scanned"])
 def test_attention_weights_per_layer_and_head(cfg):
     params = _cached_params(cfg)
     logits, state = _inspect(cfg)(params)
-    np.testing.assert_allclose(logits, _logits(cfg, params), rtol=1e-5, atol=1e-5)
+    assert_close(logits, _logits(cfg, params), 1e-5)
     maps = {k: np.asarray(v) for k, v in tr.attention_weights(state["intermediates"]).items()}
     h, le, ld = cfg.num_heads, cfg.num_encoder_layers, cfg.num_decoder_layers
     assert maps["encoder_self"].shape == (le, B, h, S, S)

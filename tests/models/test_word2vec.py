@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.numerics import assert_close
 from zoo.data.readers import word2vec as w2v_data
 from zoo.models import word2vec as w2v
 
@@ -41,7 +42,7 @@ def test_negative_sampling_loss_matches_float64_reference():
         value = -_log_sigmoid(s[0]) - sum(
             w * _log_sigmoid(-x) for x, w in zip(s[1:], output_weights[b, 1:]))
         expected.append(value)
-    np.testing.assert_allclose(np.asarray(loss), expected, rtol=1e-5, atol=1e-5)
+    assert_close(np.asarray(loss), np.asarray(expected), 1e-5)
 
 
 def test_cbow_input_is_the_mean_of_the_real_context_embeddings():
@@ -50,8 +51,7 @@ def test_cbow_input_is_the_mean_of_the_real_context_embeddings():
     model = w2v.Word2Vec(config)
     weights = np.array([[1, 1, 1, 0]], np.float32)
     h = model.apply({"params": params}, np.array([[2, 5, 7, 0]]), weights, method="encode")
-    np.testing.assert_allclose(np.asarray(h)[0], params["embedding"][[2, 5, 7]].mean(0),
-                               rtol=1e-6)
+    assert_close(np.asarray(h)[0], params["embedding"][[2, 5, 7]].mean(0), 1e-6)
     # Whatever id sits in a padded slot, it does not count.
     h2 = model.apply({"params": params}, np.array([[2, 5, 7, 8]]), weights, method="encode")
     np.testing.assert_array_equal(np.asarray(h), np.asarray(h2))

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from tests.numerics import assert_close
 from zoo.nn.recurrent import Bidirectional
 from zoo.train import partitioning
 
@@ -41,12 +42,9 @@ def jit_apply(model, params, *args, **kw):
     return jax.jit(functools.partial(model.apply, **kw))({"params": params}, *args)
 
 
-def assert_tree_close(actual, expected, rtol=1e-5, atol=1e-6):
-    jax.tree.map(
-        lambda a, e: np.testing.assert_allclose(np.asarray(a, np.float64), e, rtol=rtol, atol=atol),
-        actual,
-        expected,
-    )
+def assert_tree_close(actual, expected, tol=1e-5):
+    """Each leaf within tol of its own largest |entry| (tests/numerics.py)."""
+    assert_close(actual, expected, tol)
 
 
 def sharded_bidirectional_lstm():

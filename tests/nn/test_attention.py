@@ -4,11 +4,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.numerics import assert_close
 from zoo.nn import masks
 from zoo.nn.attention import MultiHeadAttention
 
 B, T, S, D, DKV, H = 2, 5, 6, 8, 6, 2
-RTOL, ATOL = 1e-5, 1e-6
+TOL = 1e-5  # of each tensor's largest |entry| (tests/numerics.py)
 BACKENDS = ["einsum", "dot_product", "blockwise"]
 
 
@@ -84,14 +85,12 @@ def test_matches_float64_reference_both_backends_and_jit(case):
     for backend in BACKENDS:
         m = _module(case, backend=backend)
         outs[backend] = m.apply(variables, xq, xkv, mask=mask, bias=bias)
-        np.testing.assert_allclose(outs[backend], expected, rtol=RTOL, atol=ATOL)
-        np.testing.assert_allclose(m.apply(variables, xq, xkv), expected_nomask, rtol=RTOL,
-                                   atol=ATOL)
+        assert_close(outs[backend], expected, TOL)
+        assert_close(m.apply(variables, xq, xkv), expected_nomask, TOL)
         if case == "self":  # jit == no-jit (one compile per backend: CPU time is scarce)
             jitted = jax.jit(lambda v, a, mk, bi, m=m: m.apply(v, a, mask=mk, bias=bi))
-            np.testing.assert_allclose(jitted(variables, xq, mask, bias), outs[backend],
-                                       rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(outs["einsum"], outs["dot_product"], rtol=1e-6, atol=1e-6)
+            assert_close(jitted(variables, xq, mask, bias), outs[backend], 1e-6)
+    assert_close(outs["einsum"], outs["dot_product"], 1e-6)
     assert outs["einsum"].shape == (B, T, 5 if case == "cross" else D)
 
 
@@ -106,7 +105,7 @@ def test_fully_masked_rows_give_zero_output_not_uniform(backend):
     assert np.abs(out[0, 2]).sum() > 0  # only one head masked: the other still contributes
     # The masked head contributes nothing to row (0, 2): the reference agrees.
     expected, _ = _ref_mha(nn.unbox(variables)["params"], xq, xkv, mask, bias)
-    np.testing.assert_allclose(out, expected, rtol=RTOL, atol=ATOL)
+    assert_close(out, expected, TOL)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -145,7 +144,7 @@ def test_kv_cache_one_token_at_a_time_equals_full_causal_forward(backend):
         cache = upd["cache"]
         outs.append(out)
     assert int(cache["cache_index"]) == T
-    np.testing.assert_allclose(jnp.concatenate(outs, axis=1), expected, rtol=RTOL, atol=ATOL)
+    assert_close(jnp.concatenate(outs, axis=1), expected, TOL)
 
 
 def test_kv_cache_prefill_chunk_with_padding_mask_equals_full_forward():
@@ -163,7 +162,7 @@ def test_kv_cache_prefill_chunk_with_padding_mask_equals_full_forward():
         out, upd = run(cache, x[:, t:t + 1])
         cache = upd["cache"]
         outs.append(out)
-    np.testing.assert_allclose(jnp.concatenate(outs, axis=1), expected, rtol=RTOL, atol=ATOL)
+    assert_close(jnp.concatenate(outs, axis=1), expected, TOL)
 
 
 def test_decode_cross_attention_is_not_cached():
@@ -173,8 +172,8 @@ def test_decode_cross_attention_is_not_cached():
     assert "cache" not in variables
     out, upd = dec.apply(variables, xq[:, :1], xkv, mask=mask[:, :, :1], mutable=["cache"])
     assert not upd.get("cache")
-    np.testing.assert_allclose(out, _module("cross").apply(variables, xq[:, :1], xkv,
-                                                           mask=mask[:, :, :1]), rtol=1e-6)
+    assert_close(out, _module("cross").apply(variables, xq[:, :1], xkv, mask=mask[:, :, :1]),
+                 1e-6)
 
 
 def test_decode_rejects_chunk_longer_than_cache():
@@ -214,8 +213,8 @@ def test_return_and_sow_weights(backend):
                               sow_weights=True, mutable=["intermediates"])
     assert w.shape == (B, H, T, T)
     ref_out, ref_w = _ref_mha(variables["params"], x, x, mask, bias)
-    np.testing.assert_allclose(w, ref_w, rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(out, ref_out, rtol=RTOL, atol=ATOL)
+    assert_close(w, ref_w, TOL)
+    assert_close(out, ref_out, TOL)
     row_sums = np.asarray(w).sum(-1)
     live = np.broadcast_to(mask, (B, H, T, T)).any(-1)
     np.testing.assert_allclose(row_sums[live], 1.0, rtol=1e-6)
@@ -237,7 +236,7 @@ def test_bf16_compute_close_to_float32():
     for backend in BACKENDS:
         out16 = m16.clone(backend=backend).apply(variables, x, mask=mask, bias=bias)
         assert out16.dtype == jnp.bfloat16
-        np.testing.assert_allclose(np.asarray(out16, np.float32), out32, rtol=0.05, atol=0.05)
+        assert_close(np.asarray(out16, np.float32), out32, 0.05, err_msg=backend)
 
 
 def test_parameter_names_and_logical_axes():

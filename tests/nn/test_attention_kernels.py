@@ -10,6 +10,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from tests.nn.attention_reference import attention_and_gradients
+from tests.numerics import assert_close
 from zoo.errors import ConfigError
 from zoo.nn import attention_kernels as kernels
 from zoo.nn.attention import MultiHeadAttention
@@ -31,8 +32,7 @@ def _check(fn, spec, q, k, v, d_out, tol=2e-5):
     keep = np.asarray(spec.dense(q.shape[1], k.shape[1]))
     want = attention_and_gradients(q, k, v, keep, None, d_out)
     for name, got, ref in zip(("out", "dq", "dk", "dv"), (out,) + grads, want):
-        scale = np.max(np.abs(ref))
-        np.testing.assert_allclose(np.asarray(got) / scale, ref / scale, atol=tol, err_msg=name)
+        assert_close(got, ref, tol, err_msg=name)
 
 
 # Interpret mode runs the kernel's grid step by step in Python: lengths of 2 x 2 blocks keep it
@@ -90,7 +90,7 @@ def test_kernels_run_per_shard_on_a_mesh_and_equal_one_device():
         lambda x: jax.device_put(x, NamedSharding(mesh, P(("data", "fsdp"), None))), spec)
     with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES):
         sharded = jax.jit(fn)(*placed, sharded_spec)
-    np.testing.assert_allclose(np.asarray(sharded), np.asarray(single), rtol=1e-6, atol=1e-6)
+    assert_close(sharded, single, 1e-6)
 
 
 def test_what_a_kernel_cannot_express_is_a_clear_error():

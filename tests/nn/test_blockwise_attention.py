@@ -11,10 +11,11 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from tests.nn.attention_reference import attention_and_gradients as _reference
+from tests.numerics import assert_close
 from zoo.nn import blockwise_attention as bw
 from zoo.nn.masks import MaskSpec
 
-RTOL = 1e-5
+TOL = 1e-5  # of each tensor's largest |entry| (tests/numerics.py)
 
 
 def _case(seed, batch=2, q_len=37, k_len=37, heads=3, dim=8):
@@ -56,9 +57,7 @@ def _check(spec, q, k, v, d_out, bias=None, dense=None, block_q=8, block_k=8, ji
     for name, got, ref in zip(("out", "dq", "dk", "dv", "dbias"), (out,) + grads, want):
         if ref is None:
             continue
-        scale = np.max(np.abs(ref)) + 1e-30
-        np.testing.assert_allclose(np.asarray(got, np.float64) / scale, ref / scale,
-                                   atol=RTOL, err_msg=name)
+        assert_close(got, ref, TOL, err_msg=name)
 
 
 # 37 positions: square blocks that leave a partial last block for every mask kind, and unequal
@@ -121,8 +120,7 @@ def test_jit_equals_no_jit():
     q, k, v, _ = _case(seed=7)
     spec = SPECS["packed_causal"]
     f = lambda q, k, v: bw.blockwise_attention(q, k, v, spec=spec, block_q=8, block_k=8)
-    np.testing.assert_allclose(np.asarray(jax.jit(f)(q, k, v)), np.asarray(f(q, k, v)),
-                               rtol=1e-6, atol=1e-6)
+    assert_close(jax.jit(f)(q, k, v), f(q, k, v), 1e-6)
 
 
 def test_bfloat16_inputs_stay_close_to_float32():
@@ -132,7 +130,7 @@ def test_bfloat16_inputs_stay_close_to_float32():
     full = np.asarray(f(q, k, v))
     half = f(*(jnp.asarray(x, jnp.bfloat16) for x in (q, k, v)))
     assert half.dtype == jnp.bfloat16
-    np.testing.assert_allclose(np.asarray(half, np.float32), full, atol=3e-2)
+    assert_close(np.asarray(half, np.float32), full, 3e-2)
 
 
 def test_dropout_keeps_each_weight_independently_and_its_gradient_is_exact():
@@ -153,8 +151,8 @@ def test_dropout_keeps_each_weight_independently_and_its_gradient_is_exact():
             keep[..., i * block:(i + 1) * block, j * block:(j + 1) * block] = np.asarray(
                 jax.random.bernoulli(block_key, 1 - rate, (1, 2, block, block)))
     want = _reference(q, k, v, np.asarray(spec.dense(24, 24)), None, d_out, keep, rate)
-    for got, ref in zip((out,) + grads, want):
-        np.testing.assert_allclose(np.asarray(got, np.float64), ref, rtol=1e-4, atol=1e-5)
+    for name, got, ref in zip(("out", "dq", "dk", "dv"), (out,) + grads, want):
+        assert_close(got, ref, 1e-4, err_msg=name)
     assert abs(keep.mean() - (1 - rate)) < 0.05
     # Other keys, other samples: dropout is active, not a fixed pattern.
     other = bw.blockwise_attention(q, k, v, spec=spec, dropout_rate=rate,
@@ -233,9 +231,8 @@ def test_sharded_over_batch_and_heads_equals_one_device():
     spec_sharded = jax.tree.map(lambda x: jax.device_put(x, seg), spec)
     (_, sharded), sharded_grads = step(*placed, spec_sharded)
     assert sharded.sharding.is_equivalent_to(qkv, 4)  # stays split over batch and heads
-    np.testing.assert_allclose(np.asarray(sharded), np.asarray(single), rtol=1e-6, atol=1e-6)
-    for a, b in zip(sharded_grads, grads):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    assert_close(sharded, single, 1e-6)
+    assert_close(sharded_grads, grads, 1e-5)
 
 
 def test_bad_arguments_are_clear_errors():

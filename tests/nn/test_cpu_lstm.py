@@ -11,6 +11,7 @@ import pytest
 
 from tests.nn.recurrent_cases import (bidirectional_loss, random_params,
                                       sharded_bidirectional_lstm)
+from tests.numerics import assert_close
 from zoo.errors import ConfigError
 from zoo.nn import cpu_lstm
 from zoo.nn.kernels import build
@@ -77,15 +78,6 @@ def _grads(backend, reverse, lengths, params, x, carry0, out_weights, dtype):
         cast(params), cast(x), cast(carry0))
 
 
-def _assert_close(actual, expected, tol):
-    """Each leaf within tol of its largest magnitude (float32 against float64)."""
-    for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
-        a, e = np.asarray(a, np.float64), np.asarray(e, np.float64)
-        assert a.shape == e.shape
-        scale = max(np.max(np.abs(e)), 1e-30) if e.size else 1.0
-        np.testing.assert_allclose(a / scale, e / scale, rtol=0, atol=tol)
-
-
 @pytest.mark.parametrize("batch,steps,features,hidden,lengths,reverse", CASES)
 def test_outputs_and_gradients_equal_float64_references(batch, steps, features, hidden, lengths,
                                                         reverse):
@@ -94,15 +86,15 @@ def test_outputs_and_gradients_equal_float64_references(batch, steps, features, 
                                  jnp.float32)
     full = [steps] * batch if lengths is None else lengths
     ref_carry, ref_out = reference_lstm(params, x, full, carry0, reverse)
-    _assert_close((out, carry), (ref_out, ref_carry), 1e-5)
+    assert_close((out, carry), (ref_out, ref_carry), 1e-5)
     # Gradients: the scan backend in float64 (itself proven against float64 numpy and finite
     # differences in test_recurrent*.py) on the same values.
     with jax.enable_x64(True):
         ref_grads, (ref_out64, _) = _grads("scan", reverse, lengths, params, x, carry0,
                                            out_weights, jnp.float64)
         ref_grads, ref_out64 = jax.tree.map(np.asarray, (ref_grads, ref_out64))
-    np.testing.assert_allclose(ref_out64, ref_out, atol=1e-12)
-    _assert_close(grads, ref_grads, 1e-5)
+    assert_close(ref_out64, ref_out, 1e-12)
+    assert_close(grads, ref_grads, 1e-5)
 
 
 def test_padded_rows_equal_each_sequence_alone_and_get_no_gradient():
@@ -114,7 +106,7 @@ def test_padded_rows_equal_each_sequence_alone_and_get_no_gradient():
     out, _ = jax.jit(model.apply)(variables, x, lengths)
     for b, n in enumerate([6, 2, 4]):
         alone, _ = jax.jit(model.apply)(variables, x[b:b + 1, :n])
-        np.testing.assert_allclose(out[b, :n], alone[0], rtol=1e-6, atol=1e-6)
+        assert_close(out[b, :n], alone[0], 1e-6, err_msg=f"row {b}")
         assert not np.any(np.asarray(out[b, n:]))
     grad_x = jax.grad(lambda x: jnp.sum(model.apply(variables, x, lengths)[0] ** 2))(x)
     for b, n in enumerate([6, 2, 4]):
@@ -149,11 +141,9 @@ def test_jit_equals_no_jit_and_stacks_equal_the_scan():
         params = {"params": random_params(scan, x, lengths=lengths)}
         eager = fused.apply(params, x, lengths)
         jitted = jax.jit(fused.apply)(params, x, lengths)
-        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6),
-                     eager, jitted)
+        assert_close(eager, jitted, 1e-6)
         expected = jax.jit(scan.apply)(params, x, lengths)
-        jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),
-                     jitted, expected)
+        assert_close(jitted, expected, 1e-5)
 
 
 def test_sharded_over_8_devices_equals_one_device():
@@ -166,8 +156,7 @@ def test_sharded_over_8_devices_equals_one_device():
         hlo = step.lower(params, x).as_text()
     single = step(host, x)
     assert hlo.count("zoo_lstm_forward") == 2  # one kernel call per direction, under shard_map
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5),
-                 sharded, single)
+    assert_close(sharded, single, 1e-5)
 
 
 @pytest.mark.parametrize("kw,match", [

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.numerics import assert_close
 from zoo.nn.embeddings import (
     Embed,
     LearnedPositionalEmbedding,
@@ -31,10 +32,10 @@ def _closed_form(length, d):
 def test_sinusoidal_table_is_the_interleaved_closed_form(d):
     table = sinusoidal_table(12, d)
     assert table.shape == (12, d) and table.dtype == np.float32
-    np.testing.assert_allclose(table, _closed_form(12, d), rtol=1e-6, atol=1e-7)
+    assert_close(table, _closed_form(12, d), 1e-6)
     # Position 0 is sin(0), cos(0), ... = 0, 1, 0, 1; position 1 starts with sin(1), cos(1).
     np.testing.assert_array_equal(table[0], np.arange(d) % 2)
-    np.testing.assert_allclose(table[1, :2], [np.sin(1.0), np.cos(1.0)], rtol=1e-7)
+    assert_close(table[1, :2], np.array([np.sin(1.0), np.cos(1.0)]), 1e-7)
 
 
 def test_sinusoidal_offset_is_a_fixed_linear_map():
@@ -43,23 +44,23 @@ def test_sinusoidal_offset_is_a_fixed_linear_map():
     table = sinusoidal_table(40, 8).astype(np.float64)
     k = 3
     m, *_ = np.linalg.lstsq(table[:-k], table[k:], rcond=None)
-    np.testing.assert_allclose(table[:-k] @ m, table[k:], atol=1e-5)
+    assert_close(table[:-k] @ m, table[k:], 1e-5)
 
 
 def test_sinusoidal_encoding_of_traced_positions_matches_table():
     positions = jnp.array([[0, 1, 2, 0, 1], [5, 6, 7, 8, 9]])
     got = jax.jit(lambda p: sinusoidal_encoding(p, 6))(positions)
-    np.testing.assert_allclose(got, sinusoidal_table(10, 6)[np.asarray(positions)], atol=1e-6)
+    assert_close(got, sinusoidal_table(10, 6)[np.asarray(positions)], 1e-6)
 
 
 def test_sinusoidal_module_adds_table_at_default_packed_and_decode_positions():
     x = jax.random.normal(jax.random.key(0), (2, 5, 6))
     table = sinusoidal_table(16, 6)
     module = SinusoidalPositionalEncoding()
-    np.testing.assert_allclose(module.apply({}, x), x + table[:5], atol=1e-6)
+    assert_close(module.apply({}, x), x + table[:5], 1e-6)
     # Packed rows: each sequence restarts at position 0.
     packed = np.array([[0, 1, 2, 0, 1], [0, 1, 0, 1, 2]])
-    np.testing.assert_allclose(module.apply({}, x, packed), x + table[packed], atol=1e-6)
+    assert_close(module.apply({}, x, packed), x + table[packed], 1e-6)
 
     # decode=True: init sizes nothing but starts the counter; each call continues from it.
     decoder = SinusoidalPositionalEncoding(decode=True)
@@ -68,7 +69,7 @@ def test_sinusoidal_module_adds_table_at_default_packed_and_decode_positions():
     for t in range(5):
         y, variables = decoder.apply(variables, x[:, t : t + 1], mutable=["cache"])
         outs.append(y)
-    np.testing.assert_allclose(jnp.concatenate(outs, axis=1), x + table[:5], atol=1e-6)
+    assert_close(jnp.concatenate(outs, axis=1), x + table[:5], 1e-6)
 
 
 def test_learned_positional_embedding_adds_gathered_rows():
@@ -77,11 +78,9 @@ def test_learned_positional_embedding_adds_gathered_rows():
     variables = module.init(jax.random.key(1), x)
     assert nn.get_partition_spec(variables)["params"]["embedding"] == jax.P("position", "embed")
     table = np.asarray(nn.unbox(variables)["params"]["embedding"])
-    np.testing.assert_allclose(module.apply(variables, x), x + table[:4], atol=1e-7)
+    assert_close(module.apply(variables, x), x + table[:4], 1e-7)
     positions = np.array([[0, 1, 0, 1], [5, 4, 3, 2]])
-    np.testing.assert_allclose(
-        module.apply(variables, x, positions), x + table[positions], atol=1e-7
-    )
+    assert_close(module.apply(variables, x, positions), x + table[positions], 1e-7)
 
     # decode=True continues from a running offset.
     decoder = LearnedPositionalEmbedding(max_length=6, features=8, decode=True)
@@ -93,7 +92,7 @@ def test_learned_positional_embedding_adds_gathered_rows():
         )
         cache = mutated["cache"]
         steps.append(y)
-    np.testing.assert_allclose(jnp.concatenate(steps, axis=1), x + table[:4], atol=1e-7)
+    assert_close(jnp.concatenate(steps, axis=1), x + table[:4], 1e-7)
 
 
 def test_learned_positional_embedding_rejects_too_long_input():
@@ -115,7 +114,7 @@ def test_embed_gathers_rows_and_attend_is_x_times_table_transpose():
     x = np.asarray(jax.random.normal(jax.random.key(1), (2, 3, 6)), np.float64)
     logits = module.apply(variables, jnp.asarray(x, jnp.float32), method=Embed.attend)
     assert logits.shape == (2, 3, 11)
-    np.testing.assert_allclose(logits, x @ table.T, rtol=1e-5, atol=1e-6)
+    assert_close(logits, x @ table.T, 1e-5)
 
 
 def test_embed_clamps_out_of_range_ids():
@@ -144,15 +143,12 @@ def test_token_segment_position_embedding_is_sum_of_three_lookups():
     ids_np, types_np = np.asarray(ids), np.asarray(types)
 
     expected = word[ids_np] + typ[types_np] + pos[np.arange(4)]
-    np.testing.assert_allclose(module.apply(variables, ids, types), expected, rtol=1e-6, atol=1e-7)
+    assert_close(module.apply(variables, ids, types), expected, 1e-6)
     # No token types means all segment 0 (BERT's default).
-    np.testing.assert_allclose(
-        module.apply(variables, ids), word[ids_np] + typ[0] + pos[:4], rtol=1e-6, atol=1e-7
-    )
+    assert_close(module.apply(variables, ids), word[ids_np] + typ[0] + pos[:4], 1e-6)
     positions = np.array([[0, 1, 2, 0], [6, 5, 4, 3]])
-    np.testing.assert_allclose(
+    assert_close(
         module.apply(variables, ids, types, positions),
         word[ids_np] + typ[types_np] + pos[positions],
-        rtol=1e-6,
-        atol=1e-7,
+        1e-6,
     )

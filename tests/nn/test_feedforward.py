@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.numerics import assert_close
 from zoo.nn.feedforward import FeedForward
 
 _erf = np.vectorize(math.erf)
@@ -50,7 +51,7 @@ def test_feedforward_matches_float64_reference(activation):
         return h @ p["wo"]["kernel"] + p["wo"]["bias"]
 
     got = np.asarray(module.apply(variables, x))
-    np.testing.assert_allclose(got, reference(_REFERENCE[activation]), rtol=1e-5, atol=1e-5)
+    assert_close(got, reference(_REFERENCE[activation]), 1e-5)
     # The flavours are distinguishable at this tolerance, so a swapped GELU would fail above.
     for other, act in _REFERENCE.items():
         if other != activation:

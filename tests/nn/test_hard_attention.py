@@ -6,6 +6,7 @@ import numpy as np
 import optax
 import pytest
 
+from tests.numerics import assert_close
 from zoo.nn.hard_attention import HardAttention, hard_weights
 from zoo.nn.scoring import KeyValueAttention
 
@@ -59,7 +60,7 @@ def test_straight_through_gradient_is_the_softmax_gradient():
     grad = jax.grad(lambda s: jnp.sum(c * hard_weights(s)))(jnp.asarray(SCORES))
     p = _softmax64(SCORES)
     expected = p * (c - (p * c).sum(-1, keepdims=True))  # row-wise (diag(p) - p p^T) c
-    np.testing.assert_allclose(np.asarray(grad), expected, rtol=1e-5, atol=1e-6)
+    assert_close(grad, expected, 1e-5)
 
 
 def test_gumbel_gradient_is_the_tempered_softmax_gradient_at_the_drawn_noise():
@@ -71,7 +72,7 @@ def test_gumbel_gradient_is_the_tempered_softmax_gradient_at_the_drawn_noise():
     g = np.asarray(jax.random.gumbel(rng, SCORES.shape), np.float64)  # the same draw
     y = _softmax64((SCORES + g) / tau)
     expected = y * (c - (y * c).sum(-1, keepdims=True)) / tau
-    np.testing.assert_allclose(np.asarray(grad), expected, rtol=1e-4, atol=1e-6)
+    assert_close(grad, expected, 1e-4)
     w = hard_weights(SCORES, selection="sample", estimator="gumbel", temperature=tau, rng=rng)
     np.testing.assert_array_equal(np.argmax(w, -1), np.argmax(SCORES + g, -1))
 

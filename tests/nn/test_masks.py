@@ -3,6 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.numerics import assert_close
 from zoo.nn import masks
 
 
@@ -107,7 +108,7 @@ def test_masked_softmax_zero_rows_and_finite_gradient():
     e = np.where(mask, np.exp(lg - lg.max(-1, keepdims=True)), 0.0)
     den = e.sum(-1, keepdims=True)
     expected = np.divide(e, den, out=np.zeros_like(e), where=den > 0)
-    np.testing.assert_allclose(w, expected, rtol=1e-5, atol=1e-7)
+    assert_close(w, expected, 1e-5)
     np.testing.assert_array_equal(np.asarray(w)[~mask], 0.0)
     grad = jax.grad(lambda x: jnp.sum(masks.masked_softmax(x, mask) ** 2))(logits)
     assert np.all(np.isfinite(grad))

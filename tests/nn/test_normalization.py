@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.numerics import assert_close
 from zoo.nn.normalization import LayerNorm
 
 
@@ -32,7 +33,7 @@ def test_layernorm_matches_float64_reference(epsilon):
     variables = _with_params(module.init(jax.random.key(0), x), scale, bias)
     got = module.apply(variables, x)
     assert got.dtype == jnp.float32
-    np.testing.assert_allclose(got, _reference(x, scale, bias, epsilon), rtol=1e-5, atol=1e-5)
+    assert_close(got, _reference(x, scale, bias, epsilon), 1e-5)
 
 
 def test_layernorm_params_names_axes_and_switches():
@@ -58,9 +59,9 @@ def test_layernorm_bf16_output_with_float32_statistics():
     assert got.dtype == jnp.bfloat16
     expected = _reference(np.asarray(x_bf16, np.float64), scale, bias, 1e-6)
     # Only the final rounding to bf16 (relative 2^-8) separates the two.
-    np.testing.assert_allclose(np.asarray(got, np.float64), expected, rtol=2**-8, atol=2**-8)
+    assert_close(got, expected, 2**-8)
     f32 = LayerNorm(epsilon=1e-6).apply(variables, x_bf16.astype(jnp.float32))
-    np.testing.assert_allclose(np.asarray(got, np.float32), f32, rtol=2**-8, atol=2**-8)
+    assert_close(np.asarray(got, np.float32), f32, 2**-8)
 
     # The same computation with bf16 statistics misses that tolerance: the check above can fail.
     xb = x_bf16

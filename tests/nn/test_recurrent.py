@@ -11,6 +11,7 @@ from jax.sharding import PartitionSpec as P
 from tests.nn.recurrent_cases import (B, D, H, T, VARIANTS, assert_tree_close, jit_apply,
                                       random_inputs, random_params,
                                       sharded_bidirectional_lstm)
+from tests.numerics import assert_close
 from zoo.nn import recurrent_cells
 from zoo.nn.recurrent import RNN, Bidirectional, StackedRNN
 
@@ -110,7 +111,7 @@ def test_cells_match_float64_numpy_over_several_steps(variant):
     cell_carry = cell.initialize_carry(B)
     for t in range(3):
         cell_carry, h = step({"params": params["cell"]}, cell_carry, x[:, t])
-        np.testing.assert_allclose(h, ref_out[:, t], rtol=1e-5, atol=1e-6)
+        assert_close(h, ref_out[:, t], 1e-5, err_msg=f"step {t}")
 
 
 def test_init_layout_axes_and_forget_bias():
@@ -131,7 +132,7 @@ def test_init_layout_axes_and_forget_bias():
     # Orthogonal recurrent init per gate: each (H, H) block has U^T U = I.
     for g in range(4):
         u = np.asarray(p["recurrent_kernel"][:, g], np.float64)
-        np.testing.assert_allclose(u.T @ u, np.eye(H), atol=1e-5)
+        assert_close(u.T @ u, np.eye(H), 1e-5, err_msg=f"gate {g}")
     # (zeros recurrent init: only the bias matters here, and a QR init costs a compile)
     coupled = recurrent_cells.LSTMCell(H, coupled=True, recurrent_kernel_init=nn.initializers.zeros)
     p = nn.unbox(coupled.init(jax.random.key(0), D, method=coupled.weights))["params"]
@@ -166,12 +167,12 @@ def test_padded_batch_equals_each_sequence_alone(reverse):
             jax.tree.map(lambda c, c0: np.testing.assert_array_equal(c, c0[0]), carry_i, init_i)
             continue
         alone_out, alone_carry = jit_apply(model, params, x[i : i + 1, :n], None, init_i)
-        np.testing.assert_allclose(out[i, :n], alone_out[0], rtol=1e-5, atol=1e-6)
+        assert_close(out[i, :n], alone_out[0], 1e-5, err_msg=f"row {i}")
         assert_tree_close(carry_i, jax.tree.map(lambda a: np.asarray(a[0]), alone_carry))
         if reverse:
             # Backward within its length == forward over the reversed unpadded sequence.
             rev_out, rev_carry = jit_apply(forward, params, x[i : i + 1, :n][:, ::-1], None, init_i)
-            np.testing.assert_allclose(out[i, :n], rev_out[0, ::-1], rtol=1e-5, atol=1e-6)
+            assert_close(out[i, :n], rev_out[0, ::-1], 1e-5, err_msg=f"row {i}")
             assert_tree_close(carry_i, jax.tree.map(lambda a: np.asarray(a[0]), rev_carry))
 
 
@@ -201,9 +202,9 @@ def test_bidirectional_is_concat_of_forward_and_reverse_rnns():
         RNN(hidden_size=H, cell="gru", reverse=True), params["backward"], x, lengths
     )
     assert out.shape == (B, T, 2 * H)
-    np.testing.assert_allclose(out, jnp.concatenate([fwd_out, bwd_out], -1), rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(fwd_carry, fwd_ref, rtol=1e-6, atol=1e-7)
-    np.testing.assert_allclose(bwd_carry, bwd_ref, rtol=1e-6, atol=1e-7)
+    assert_close(out, jnp.concatenate([fwd_out, bwd_out], -1), 1e-6)
+    assert_close(fwd_carry, fwd_ref, 1e-6)
+    assert_close(bwd_carry, bwd_ref, 1e-6)
     assert not np.allclose(fwd_carry, bwd_carry)  # the two directions really differ
 
 
@@ -217,9 +218,9 @@ def test_stacked_layer_two_reads_layer_one_outputs():
     layer = jax.jit(Bidirectional(hidden_size=H, cell="lstm").apply)
     out0, carry0 = layer({"params": params["layer_0"]}, x, lengths)
     out1, carry1 = layer({"params": params["layer_1"]}, out0, lengths)
-    np.testing.assert_allclose(out, out1, rtol=1e-6, atol=1e-7)
+    assert_close(out, out1, 1e-6)
     assert len(carries) == 2
-    assert_tree_close(carries, jax.tree.map(np.asarray, (carry0, carry1)), rtol=1e-6, atol=1e-7)
+    assert_tree_close(carries, jax.tree.map(np.asarray, (carry0, carry1)), tol=1e-6)
 
 
 def test_stacked_dropout_only_between_layers():
@@ -262,7 +263,7 @@ def test_jit_equals_no_jit():
     params = random_params(model, x, lengths=lengths)
     eager = model.apply({"params": params}, x, lengths)
     jitted = jit_apply(model, params, x, lengths)
-    assert_tree_close(jitted, jax.tree.map(np.asarray, eager), rtol=1e-6, atol=1e-7)
+    assert_tree_close(jitted, jax.tree.map(np.asarray, eager), tol=1e-6)
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
@@ -278,8 +279,8 @@ def test_bf16_compute_keeps_f32_params_and_tracks_f32(cell):
     ref_out, ref_carry = jit_apply(f32, params, x, lengths)
     assert out.dtype == jnp.bfloat16
     assert all(c.dtype == jnp.float32 for c in jax.tree.leaves(carry))  # state kept in f32
-    np.testing.assert_allclose(out.astype(jnp.float32), ref_out, atol=3e-2)
-    assert_tree_close(carry, jax.tree.map(np.asarray, ref_carry), rtol=0, atol=3e-2)
+    assert_close(out.astype(jnp.float32), ref_out, 3e-2)
+    assert_tree_close(carry, jax.tree.map(np.asarray, ref_carry), tol=3e-2)
     assert not np.array_equal(out.astype(jnp.float32), ref_out)  # bf16 really was used
 
 
@@ -330,7 +331,7 @@ def test_sharded_equals_single_device():
     assert out.sharding.shard_shape(out.shape) == (1, T, H)
     host = jax.tree.map(np.asarray, params)
     ref_out, ref_carry = jax.jit(model.apply)(host, x, lengths)
-    np.testing.assert_allclose(out, ref_out, rtol=1e-5, atol=1e-6)
+    assert_close(out, ref_out, 1e-5)
     assert_tree_close(carry, jax.tree.map(np.asarray, ref_carry))
 
 
@@ -383,13 +384,13 @@ def test_matches_torch_with_converted_weights(cell):
     with torch.no_grad():
         ref_out, ref_state = ref(packed)
     ref_out, _ = torch.nn.utils.rnn.pad_packed_sequence(ref_out, batch_first=True, total_length=T)
-    np.testing.assert_allclose(out, ref_out.numpy(), rtol=1e-5, atol=1e-5)
+    assert_close(out, ref_out.numpy(), 1e-5)
     # Final states at each sequence's last valid step: torch h_n / c_n are (directions, B, H).
     if cell == "lstm":
         (h_n, c_n), ours = ref_state, [(fwd[1], fwd[0]), (bwd[1], bwd[0])]
     else:
         h_n, c_n, ours = ref_state, None, [(fwd, None), (bwd, None)]
     for d, (h, c) in enumerate(ours):
-        np.testing.assert_allclose(h, h_n[d].numpy(), rtol=1e-5, atol=1e-5)
+        assert_close(h, h_n[d].numpy(), 1e-5, err_msg=f"h, direction {d}")
         if c is not None:
-            np.testing.assert_allclose(c, c_n[d].numpy(), rtol=1e-5, atol=1e-5)
+            assert_close(c, c_n[d].numpy(), 1e-5, err_msg=f"c, direction {d}")

@@ -12,6 +12,7 @@ import pytest
 from tests.nn.recurrent_cases import (D, H, T, VARIANTS, assert_tree_close, bidirectional_loss,
                                       random_inputs, random_params,
                                       sharded_bidirectional_lstm)
+from tests.numerics import assert_close
 from zoo.errors import ConfigError
 from zoo.nn import cudnn_lstm, recurrent_cells
 from zoo.nn.recurrent import RNN
@@ -98,7 +99,7 @@ def test_custom_vjp_equals_autodiff_of_the_plain_scan_in_float64(variant, revers
         ours, ref = jax.tree.map(np.asarray, (ours, ref))  # float64 kept outside x64 mode
     # Same maths in another order (one matmul over all steps instead of a sum of per-step
     # products): equal to float64 rounding, for params, inputs and the initial carry.
-    jax.tree.map(lambda a, e: np.testing.assert_allclose(a, e, rtol=1e-10, atol=1e-12), ours, ref)
+    assert_close(ours, ref, 1e-10)
     assert all(np.any(g != 0) for g in jax.tree.leaves(ours))
     if lengths is not None:  # padded positions of x get exactly zero gradient
         for i, n in enumerate(lengths):
@@ -130,10 +131,8 @@ def test_custom_vjp_in_bfloat16_tracks_autodiff(cell):
     # Parameter gradients stay float32 (param dtype) and x's gradient takes x's dtype.
     assert all(g.dtype == jnp.float32 for g in jax.tree.leaves(ours[0]))
     assert ours[1].dtype == jnp.bfloat16
-    for a, e in zip(jax.tree.leaves(ours), jax.tree.leaves(ref)):
-        a, e = np.asarray(a, np.float32), np.asarray(e, np.float32)
-        # bf16 matmul inputs either way; only the accumulation order differs.
-        np.testing.assert_allclose(a, e, rtol=0, atol=3e-2 * np.abs(e).max())
+    # bf16 matmul inputs either way; only the accumulation order differs.
+    assert_close(ours, ref, 3e-2)
 
 
 
@@ -146,7 +145,7 @@ def test_custom_vjp_sharded_gradients_equal_single_device():
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         got = grad(sharded, x)
     expected = grad(jax.tree.map(np.asarray, params), x)
-    jax.tree.map(lambda a, e: np.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6), got, expected)
+    assert_close(got, expected, 1e-5)
 
 
 # ---------------------------------------------------------------- the cuDNN backend
@@ -176,9 +175,9 @@ def test_cudnn_packing_runs_jax_reference_lstm_equal_to_the_scan(reverse):
 
     g_scan, (out, carry) = jax.jit(jax.grad(loss_scan, has_aux=True))(params)
     g_ref, (ref_out, ref_carry) = jax.jit(jax.grad(loss_cudnn_reference, has_aux=True))(params)
-    np.testing.assert_allclose(out, ref_out, rtol=1e-5, atol=1e-6)
+    assert_close(out, ref_out, 1e-5)
     assert_tree_close(carry, jax.tree.map(np.asarray, ref_carry))
-    jax.tree.map(lambda a, e: np.testing.assert_allclose(a, e, rtol=1e-4, atol=1e-5), g_scan, g_ref)
+    assert_close(g_scan, g_ref, 1e-4)
     jax.tree.map(lambda c, c0: np.testing.assert_array_equal(c[2], c0[2]), carry, init)  # length 0
 
 
@@ -198,7 +197,7 @@ def test_cudnn_weight_layout_is_torch_lstm_flat():
     expected = np.concatenate([sd["weight_ih_l0"].ravel(), sd["weight_hh_l0"].ravel(),
                                sd["bias_ih_l0"] + sd["bias_hh_l0"], np.zeros(4 * H)])
     assert flat.shape == (jax.experimental.rnn.get_num_params_in_lstm(D, H, 1, False),)
-    np.testing.assert_allclose(flat, expected, rtol=1e-6)
+    assert_close(flat, expected, 1e-6)
 
 
 def test_cudnn_backend_says_what_it_cannot_run():

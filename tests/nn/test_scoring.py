@@ -4,10 +4,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.numerics import assert_close
 from zoo.nn import scoring
 
 B, M, N, DQ, DK, DV, HIDDEN = 2, 3, 5, 6, 4, 7, 8
-RTOL, ATOL = 1e-5, 1e-6
+TOL = 1e-5  # of each tensor's largest |entry| (tests/numerics.py)
 
 
 def _data(seed=0, dq=DQ, dk=DK):
@@ -91,7 +92,7 @@ def test_score_matches_float64_reference(name):
     variables = _init(module, q, k)
     s = module.apply(variables, q, k)
     assert s.shape == (B, M, N) and s.dtype == jnp.float32
-    np.testing.assert_allclose(s, ref(variables["params"], q, k), rtol=RTOL, atol=ATOL)
+    assert_close(s, ref(variables["params"], q, k), TOL)
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -103,8 +104,8 @@ def test_key_value_attention_matches_float64_reference(name):
     # KeyValueAttention.init only saw (q, k); apply with values and the mask.
     context, weights = kva.apply(variables, q, k, v, mask=mask)
     w_ref = _ref_softmax(ref(variables["params"].get("score", {}), q, k), mask)
-    np.testing.assert_allclose(weights, w_ref, rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(context, w_ref @ _f64(v), rtol=RTOL, atol=ATOL)
+    assert_close(weights, w_ref, TOL)
+    assert_close(context, w_ref @ _f64(v), TOL)
     full = ~mask.any(-1)
     assert full.sum() == 2
     np.testing.assert_array_equal(np.asarray(weights)[full], 0.0)
@@ -132,8 +133,8 @@ def test_key_value_attention_values_default_to_keys_and_accepts_module():
     kva = scoring.KeyValueAttention(score=scoring.DotScore())
     context, weights = kva.apply({}, q, k, mask=mask)
     w_ref = _ref_softmax(_ref_dot({}, q, k), mask)
-    np.testing.assert_allclose(weights, w_ref, rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(context, w_ref @ _f64(k), rtol=RTOL, atol=ATOL)
+    assert_close(weights, w_ref, TOL)
+    assert_close(context, w_ref @ _f64(k), TOL)
 
 
 def test_mlp_score_with_tanh_and_no_bias_equals_additive_score():
@@ -146,8 +147,8 @@ def test_mlp_score_with_tanh_and_no_bias_equals_additive_score():
                            "v": p["v"]}}
     s_mlp = mlp.apply({"params": p}, q, k)
     s_add = scoring.AdditiveScore(HIDDEN).apply(additive, q, k)
-    np.testing.assert_allclose(s_mlp, s_add, rtol=RTOL, atol=ATOL)
-    np.testing.assert_allclose(s_mlp, _ref_mlp(p, q, k, np.tanh, False), rtol=RTOL, atol=ATOL)
+    assert_close(s_mlp, s_add, TOL)
+    assert_close(s_mlp, _ref_mlp(p, q, k, np.tanh, False), TOL)
 
 
 def test_mlp_score_other_activation_and_bias_is_a_different_function():
@@ -156,7 +157,7 @@ def test_mlp_score_other_activation_and_bias_is_a_different_function():
     p = _init(mlp, q, k)["params"]
     s = mlp.apply({"params": p}, q, k)
     relu = lambda x: np.maximum(x, 0.0)
-    np.testing.assert_allclose(s, _ref_mlp(p, q, k, relu, True), rtol=RTOL, atol=ATOL)
+    assert_close(s, _ref_mlp(p, q, k, relu, True), TOL)
     assert np.abs(_ref_mlp(p, q, k, np.tanh, False) - np.asarray(s, np.float64)).max() > 1e-2
     # A callable activation works too.
     s_callable = scoring.MLPScore(HIDDEN, activation=jax.nn.relu).apply({"params": p}, q, k)
@@ -191,4 +192,4 @@ def test_bf16_scores_are_float32_and_close():
     variables = _init(module, q, k)
     s = module.apply(variables, q, k)
     assert s.dtype == jnp.float32
-    np.testing.assert_allclose(s, _ref_additive(variables["params"], q, k), rtol=0.05, atol=0.05)
+    assert_close(s, _ref_additive(variables["params"], q, k), 0.05)

@@ -12,6 +12,7 @@ import pytest
 
 from configs import bert_pretrain as bert_pretrain_config
 from configs import gpt as gpt_config
+from tests.numerics import assert_params_close
 from zoo.commands import jobs
 from zoo.train import loop
 from zoo.train.checkpoint import Checkpointer, MissingParamsError
@@ -80,8 +81,7 @@ def test_sharded_train_steps_equal_single_device(single_device_run, data, fsdp, 
     compiled = []
     setup, state, sharded_losses = _train(config, workdir, devices, batches, compiled)
     np.testing.assert_allclose(sharded_losses, losses, rtol=2e-5)
-    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(params)):
-        np.testing.assert_allclose(np.asarray(a), b, rtol=1e-4, atol=1e-6)
+    assert_params_close(state.params, params, 1e-4)
     # The layout is real: with tensor/fsdp > 1 some parameter is split across devices.
     if fsdp * tensor > 1:
         assert any(len({str(s.index) for s in x.addressable_shards}) > 1

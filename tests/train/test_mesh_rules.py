@@ -8,6 +8,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from configs import gpt as gpt_config
+from tests.numerics import assert_params_close
 from tests.train import loop_steps
 from zoo.commands import jobs
 from zoo.errors import ConfigError
@@ -76,8 +77,7 @@ def test_params_follow_a_custom_rules_table_and_train_as_on_one_device(workdir):
     np.testing.assert_allclose(custom_losses, losses, rtol=2e-5)
     for path, _, custom_spec in EXPECTED:  # the step keeps the layout
         assert _leaf(state.params, path).sharding.spec == custom_spec, path
-    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(expected_params)):
-        np.testing.assert_allclose(np.asarray(a), b, rtol=1e-4, atol=1e-6)
+    assert_params_close(state.params, expected_params, 1e-4)
 
 
 @pytest.mark.parametrize("rules,message", [

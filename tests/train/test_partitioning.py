@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from tests.numerics import assert_close
 from zoo.nn import masks
 from zoo.nn.recurrent import StackedRNN
 from zoo.nn.transformer import TransformerEncoder
@@ -64,7 +65,7 @@ def test_transformer_stack_sharded_equals_single_device(shape):
     mask = masks.padding_mask(valid)
     variables, _, out = _run_sharded(model, mesh, x, mask)
     expected = _run_single(model, variables, x, mask)
-    np.testing.assert_allclose(np.asarray(out), np.asarray(expected), rtol=1e-5, atol=1e-5)
+    assert_close(out, expected, 1e-5)
     _check_param_shardings(model, (x, mask), variables, mesh)
     # The activations really were split: the output is sharded over the batch axes.
     assert out.sharding.spec[0] is not None or shape[0] * shape[1] == 1
@@ -79,9 +80,8 @@ def test_lstm_stack_sharded_equals_single_device(shape):
     lengths = jnp.asarray([7, 3, 5, 1], jnp.int32)
     variables, _, (out, carries) = _run_sharded(model, mesh, x, lengths)
     expected, expected_carries = _run_single(model, variables, x, lengths)
-    np.testing.assert_allclose(np.asarray(out), np.asarray(expected), rtol=1e-5, atol=1e-5)
-    for a, b in zip(jax.tree.leaves(carries), jax.tree.leaves(expected_carries)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+    assert_close(out, expected, 1e-5)
+    assert_close(carries, expected_carries, 1e-5)
     _check_param_shardings(model, (x, lengths), variables, mesh)
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import optax
 import pytest
 
+from tests.numerics import assert_close, assert_params_close
 from zoo.models import gpt
 from zoo.train import losses, step
 from zoo.train.state import TrainState
@@ -58,8 +59,7 @@ def test_accumulated_update_equals_one_large_batch(model_and_params, k):
     batch = _batch()
     whole, m1 = _one_step(model, params, batch, 1)
     accumulated, mk = _one_step(model, params, batch, k)
-    for a, b in zip(jax.tree.leaves(whole.params), jax.tree.leaves(accumulated.params)):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=2e-6)
+    assert_params_close(accumulated.params, whole.params, 2e-5)
     np.testing.assert_allclose(m1["loss_sum"], mk["loss_sum"], rtol=1e-5)
     assert float(m1["weight_sum"]) == float(mk["weight_sum"])
 
@@ -200,7 +200,7 @@ def test_bf16_compute_keeps_float32_params_and_optimizer_state():
     logits = model.apply({"params": params}, batch["inputs"])
     reference = f32_model.apply({"params": params}, batch["inputs"])
     assert not np.array_equal(np.asarray(logits), np.asarray(reference))
-    np.testing.assert_allclose(np.asarray(logits), np.asarray(reference), atol=0.1)
+    assert_close(logits, reference, 0.1)
     f32_sums = _loss_fn(f32_model)(params, batch, None, True)
     np.testing.assert_allclose(float(metrics["loss_sum"]), float(f32_sums["loss_sum"]),
                                rtol=2e-2)
