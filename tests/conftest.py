@@ -71,17 +71,24 @@ _LONG_MODULES = (
 
 
 def pytest_configure(config):
-    """The fast tier (the default `-m 'not acceptance'`) compiles machine code at LLVM's -O0.
-    XLA's own optimisations (fusion, layouts, SPMD partitioning) are unchanged; only code
-    generation is cheaper. Its tests compile many tiny programs and run each for a few steps,
-    so compiling dominates: measured on the 2-core box, the whole tier took 10.3 min with -O0,
-    and without it only a third was done after 12 min. The acceptance tier trains for thousands
-    of steps, where -O0 code runs 2x slower (a 300-step tiny SQuAD run: 71 s vs 35 s), so it
-    keeps the default. Runs the tests start as a user would (train.py / eval.py) set their own
-    XLA_FLAGS either way. Set here, before any test module touches a device: jax reads
-    XLA_FLAGS when its CPU backend starts."""
-    if config.option.markexpr.replace(" ", "") == "notacceptance":
-        os.environ["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
+    """The fast tier (the default `-m 'not acceptance'`, and any selection of it) generates
+    machine code the cheap way: LLVM at -O0, and XLA's older elemental emitters instead of its
+    MLIR fusion emitters. XLA's own optimisations (fusion, layouts, SPMD partitioning) are
+    unchanged; only code generation is cheaper. Its tests compile many tiny programs and run
+    each for a few steps, so compiling dominates. Measured on the 2-core box: the whole tier
+    took 10.3 min with -O0, and without it only a third was done after 12 min; turning the
+    fusion emitters off as well took a further third off compile-bound modules
+    (tests/train/test_loop.py, test_classification_finetune.py, test_gpt_finetune.py,
+    tests/nn/test_blockwise_attention.py on 2 workers: 110 s -> 71 s). The acceptance tier
+    trains for thousands of steps, where -O0 code runs 2x slower (a 300-step tiny SQuAD run:
+    71 s vs 35 s), so it keeps the defaults. The processes tests start (train.py, eval.py,
+    commands) inherit these flags through tests/process_env.py. Set here, before any test
+    module touches a device: jax reads XLA_FLAGS when its CPU backend starts. (Both are flags
+    of the locked jaxlib; XLA rejects an unknown flag at start-up, so a jax upgrade shows at
+    once if one goes.)"""
+    if "notacceptance" in config.option.markexpr.replace(" ", ""):
+        os.environ["XLA_FLAGS"] += (" --xla_backend_optimization_level=0"
+                                    " --xla_cpu_use_fusion_emitters=false")
 
 
 @pytest.hookimpl(tryfirst=True)

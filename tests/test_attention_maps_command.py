@@ -7,7 +7,6 @@ calls: test_attention_maps.py."""
 
 import dataclasses
 import os
-import re
 import subprocess
 import sys
 
@@ -22,6 +21,7 @@ from tests import attention_cases as cases
 from tests.attention_cases import (ATTENTIONS, BERT_CONFIG, GPT_CONFIG, IDS, ROOT, perturbed,
                                    png)
 from tests.numerics import assert_close
+from tests.process_env import process_env
 from zoo.commands import attention_maps as am
 from zoo.commands import jobs
 from zoo.errors import ConfigError
@@ -200,11 +200,9 @@ def test_command_without_attention_is_one_line_and_exit_status_1(tmp_path):
 
 
 def _one_device_env():
-    """The suite's environment (its compilation cache and -O0 code generation) on one device,
-    as a user's shell would run the command: the tracebacks ZOO_DEBUG shows off."""
-    flags = re.sub(r"--xla_force_host_platform_device_count=\d+", "",
-                   os.environ.get("XLA_FLAGS", ""))
-    env = dict(os.environ, XLA_FLAGS=f"{flags} --xla_force_host_platform_device_count=1")
+    """The suite's environment on one device, as a user's shell would run the command: the
+    tracebacks ZOO_DEBUG shows off."""
+    env = process_env(1)
     env.pop("ZOO_DEBUG", None)
     return env
 
@@ -239,7 +237,11 @@ def rnn_workdirs(tmp_path_factory):
     return get
 
 
-@pytest.mark.parametrize("attention", ATTENTIONS)
+# The fast tier runs the command on the `general` run, which checks the most; the other scorings
+# train a run each for the same command path (acceptance), and every scoring's maps are checked
+# in-process against the model's own softmax (tests/test_attention_maps.py).
+@pytest.mark.parametrize("attention", [
+    a if a == "general" else pytest.param(a, marks=pytest.mark.acceptance) for a in ATTENTIONS])
 def test_command_on_a_trained_rnn_seq2seq_workdir(attention, rnn_workdirs, monkeypatch, capsys):
     workdir, flags = rnn_workdirs(attention)
     capsys.readouterr()  # the training log

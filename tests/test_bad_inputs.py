@@ -21,6 +21,7 @@ from configs import classify as classify_config
 from configs import gpt as gpt_config
 from configs import gpt_classify as gpt_classify_config
 from configs import squad as squad_config
+from tests.process_env import process_env
 from zoo.commands import jobs
 from zoo.data.readers import squad
 from zoo.errors import ConfigError, UserError
@@ -163,8 +164,7 @@ def cli_results(runs, tmp_path_factory):
     """Every _CLI_CASES command run at once (each is a few seconds of imports), each in its own
     copy of the finished GPT run: name -> (returncode, stderr, digest before, digest after)."""
     root = tmp_path_factory.mktemp("cli")
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1",
-               JAX_PLATFORMS="cpu")
+    env = process_env(1)
     env.pop("ZOO_DEBUG", None)  # it would show the tracebacks these cases check are not there
     started = {}
     for name, (script, args, _) in _CLI_CASES.items():

@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from tests.process_env import process_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PHASE1_STEPS = 40
 # A smaller synthetic world than the recipe's, for every command below: phase 2 must find the
@@ -18,7 +20,7 @@ SMALL_DATA = ["--config.data.synthetic_entities=200", "--config.data.vocab_size=
 
 
 def _run(script, *args, check=True, devices=1):
-    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    env = process_env(devices)
     proc = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=900)
     if check and proc.returncode != 0:

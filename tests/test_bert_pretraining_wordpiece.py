@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from configs import bert_pretrain
+from tests.process_env import process_env
 from zoo.data.pipelines.pretraining import PretrainingSource
 from zoo.data.readers import sources
 from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
@@ -56,7 +57,7 @@ def _write(path, lines):
 
 
 def _run(script, *args, check=True):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    env = process_env(1)
     proc = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
     if check and proc.returncode != 0:

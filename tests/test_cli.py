@@ -13,6 +13,7 @@ import pytest
 from absl import flags
 from ml_collections import config_flags
 
+from tests.process_env import process_env
 from zoo import errors
 from zoo.commands import cli
 
@@ -188,8 +189,7 @@ def commands(tmp_path_factory, gcs):
         "gs_workdir_no_bucket": ["train.py", gpt, "--workdir=gs://no-such-bucket/run"],
         "gs_workdir_no_server": ["eval.py", gpt, f"--workdir=gs://{gcs.bucket()}/run"],
     }
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1",
-               JAX_PLATFORMS="cpu")
+    env = process_env(1)
     env.pop("ZOO_DEBUG", None)
     started = {name: subprocess.Popen(
         [sys.executable, *args], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,

@@ -8,6 +8,8 @@ import sys
 import numpy as np
 import pytest
 
+from tests.process_env import process_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FRUIT = ("Orange", "Apple", "And", "An")
 PHONE = ("Phone", "Apple", "An")
@@ -77,7 +79,7 @@ def test_apple_moves_toward_fruit_with_orange_and_toward_tech_with_phone(apple_o
 
 
 def test_the_script_runs_and_prints_the_seed_numbers():
-    env = dict(os.environ, PYTHONPATH=ROOT, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    env = process_env(1, PYTHONPATH=ROOT)
     out = subprocess.run([sys.executable, os.path.join(ROOT, "examples", "apple_orange.py")],
                          env=env, capture_output=True, text=True, check=True, timeout=300).stdout
     for line in ("Orange -> 0.57 Orange + 0.43 Apple",

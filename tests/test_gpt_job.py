@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from tests.process_env import process_env
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -14,7 +16,7 @@ def _run(script, *args, check=True):
     # Two fake devices: the command's data-parallel path, without 8 device threads that must
     # meet at every all-reduce on a 2-core machine busy with the rest of the suite (a
     # rendezvous that missed XLA's deadline aborted the process once under such load).
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    env = process_env(2)
     proc = subprocess.run(
         [sys.executable, os.path.join(ROOT, script), *args],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,

@@ -15,6 +15,7 @@ import pytest
 
 from configs import classify as classify_config
 from configs import squad as squad_config
+from tests.process_env import process_env
 from zoo.commands import jobs
 
 pytestmark = pytest.mark.acceptance
@@ -26,7 +27,7 @@ ONE_DEVICE = jax.devices()[:1]  # the fine-tuning runs below, on one device as t
 
 def _run(script, *args):
     # One device, as the README's command runs on a laptop (the suite itself fakes 8).
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    env = process_env(1)
     proc = subprocess.run([sys.executable, os.path.join(ROOT, script), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:

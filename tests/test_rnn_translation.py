@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from configs import rnn_translate
+from tests.process_env import process_env
 from zoo.commands import jobs
 from zoo.data.synthetic import translation as synthetic_translation
 from zoo.eval import bleu
@@ -103,8 +104,7 @@ def test_attention_beats_no_attention_on_long_inputs(tmp_path):
     margins were 13.8, 9.1 and 7.3: attention's lead grows with training, the plain model's
     BLEU barely moves."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1",
-               PYTHONPATH=root)
+    env = process_env(1, PYTHONPATH=root)
     proc = subprocess.run([sys.executable, "-c", _ACCEPTANCE, str(tmp_path), "0"], cwd=root,
                           env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from configs import translate as translate_config
+from tests.process_env import process_env
 from zoo.commands import jobs
 from zoo.data.readers import parallel
 from zoo.data.synthetic import translation as synthetic_translation
@@ -129,7 +130,7 @@ def test_tiny_synthetic_task_reaches_bleu_90_from_the_command_line(tmp_path):
     import sys
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    env = process_env(1)
     workdir = tmp_path / "tiny"
     proc = subprocess.run(
         [sys.executable, os.path.join(root, "train.py"), "--config=configs/translate.py",

@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from tests.process_env import process_env
 from zoo import paths
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -31,8 +32,7 @@ def command(workdir, steps: int, every: int, script=None) -> list[str]:
 
 def env() -> dict:
     # One device per process: the point here is process death, not sharding.
-    return dict(os.environ, JAX_PLATFORMS="cpu",
-                XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    return process_env(1)
 
 
 def run(workdir, steps: int, every: int, script=None, check=True):

@@ -17,6 +17,7 @@ import pytest
 from etils import epath
 
 from tests.numerics import assert_params_close
+from tests.process_env import process_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # What a test's environment must not leak into a simulated cluster's processes.
@@ -47,10 +48,9 @@ def base_env(devices_per_process: int, fast_compile: bool = False) -> dict:
     """This environment on the CPU with that many fake devices, and no cluster variables.
     `fast_compile`: LLVM -O0 code generation (as the fast tier's in-process tests; see
     tests/conftest.py), for runs whose few steps cost less than compiling them."""
-    flags = f"--xla_force_host_platform_device_count={devices_per_process}"
-    if fast_compile:
-        flags += " --xla_backend_optimization_level=0"
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=flags)
+    env = process_env(devices_per_process)
+    if fast_compile and "--xla_backend_optimization_level" not in env["XLA_FLAGS"]:
+        env["XLA_FLAGS"] += " --xla_backend_optimization_level=0"
     for key in CLUSTER_VARIABLES:
         env.pop(key, None)
     return env
