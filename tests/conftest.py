@@ -87,8 +87,9 @@ def pytest_configure(config):
     of the locked jaxlib; XLA rejects an unknown flag at start-up, so a jax upgrade shows at
     once if one goes.)"""
     if "notacceptance" in config.option.markexpr.replace(" ", ""):
-        os.environ["XLA_FLAGS"] += (" --xla_backend_optimization_level=0"
-                                    " --xla_cpu_use_fusion_emitters=false")
+        for flag in ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"):
+            if flag.split("=")[0] not in os.environ["XLA_FLAGS"]:  # a flag set outside wins
+                os.environ["XLA_FLAGS"] += " " + flag
 
 
 @pytest.hookimpl(tryfirst=True)
