@@ -92,10 +92,9 @@ def assert_params_close(actual, desired, tol, *, err_msg=""):
     actual, desired = jax.device_get(actual), jax.device_get(desired)
     largest = max((float(np.max(np.abs(d))) for d in jax.tree.leaves(desired) if np.size(d)),
                   default=0.0)
-    paths = jax.tree_util.tree_leaves_with_path(desired)
-    if len(jax.tree.leaves(actual)) != len(paths):
-        assert_close(actual, desired, tol, err_msg=err_msg)  # names the differing trees
-    for (path, a), (_, d) in zip(jax.tree_util.tree_leaves_with_path(actual), paths):
+    if jax.tree.structure(actual) != jax.tree.structure(desired):
+        assert_close(actual, desired, tol, err_msg=err_msg)  # raises, naming both trees
+    for (path, a), d in zip(jax.tree_util.tree_leaves_with_path(actual), jax.tree.leaves(desired)):
         # The dict keys alone: a boxed parameter (nn.Partitioned) adds `.value` after them.
         keys = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
         where = " ".join(s for s in (err_msg, jax.tree_util.keystr(path)) if s)

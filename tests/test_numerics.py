@@ -61,6 +61,8 @@ def test_shapes_and_structures_must_match():
         assert_close(np.zeros(3), np.zeros(4), 1e-6)
     with pytest.raises(AssertionError, match="trees differ"):
         assert_close({"a": 1.0}, {"b": 1.0}, 1e-6)
+    with pytest.raises(AssertionError, match="trees differ"):
+        assert_params_close({"a": np.ones(2)}, {"b": np.ones(2)}, 1e-6)
 
 
 def test_params_hold_the_key_bias_to_the_scale_of_the_whole_tree():
