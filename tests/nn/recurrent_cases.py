@@ -7,7 +7,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tests.numerics import assert_close
 from zoo.nn.recurrent import Bidirectional
 from zoo.train import partitioning
 
@@ -40,11 +39,6 @@ def random_params(model, x, seed=1, **call_kw):
 def jit_apply(model, params, *args, **kw):
     """Jitted apply: one compile per call instead of eager op-by-op dispatch."""
     return jax.jit(functools.partial(model.apply, **kw))({"params": params}, *args)
-
-
-def assert_tree_close(actual, expected, tol=1e-5):
-    """Each leaf within tol of its own largest |entry| (tests/numerics.py)."""
-    assert_close(actual, expected, tol)
 
 
 def sharded_bidirectional_lstm():

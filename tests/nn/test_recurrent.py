@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
-from tests.nn.recurrent_cases import (B, D, H, T, VARIANTS, assert_tree_close, jit_apply,
+from tests.nn.recurrent_cases import (B, D, H, T, VARIANTS, jit_apply,
                                       random_inputs, random_params,
                                       sharded_bidirectional_lstm)
 from tests.numerics import assert_close
@@ -102,8 +102,8 @@ def test_cells_match_float64_numpy_over_several_steps(variant):
     # The scan path: fused projection + lax.scan.
     out, carry = jit_apply(model, params, x)
     assert out.shape == (B, T, H)
-    assert_tree_close(out, ref_out)
-    assert_tree_close(carry, ref_carry)
+    assert_close(out, ref_out, 1e-5)
+    assert_close(carry, ref_carry, 1e-5)
 
     # The cell's own one-step __call__, chained by hand for the first 3 steps.
     cell = recurrent_cells.make_cell(hidden_size=H, **kw)
@@ -168,12 +168,12 @@ def test_padded_batch_equals_each_sequence_alone(reverse):
             continue
         alone_out, alone_carry = jit_apply(model, params, x[i : i + 1, :n], None, init_i)
         assert_close(out[i, :n], alone_out[0], 1e-5, err_msg=f"row {i}")
-        assert_tree_close(carry_i, jax.tree.map(lambda a: np.asarray(a[0]), alone_carry))
+        assert_close(carry_i, jax.tree.map(lambda a: np.asarray(a[0]), alone_carry), 1e-5)
         if reverse:
             # Backward within its length == forward over the reversed unpadded sequence.
             rev_out, rev_carry = jit_apply(forward, params, x[i : i + 1, :n][:, ::-1], None, init_i)
             assert_close(out[i, :n], rev_out[0, ::-1], 1e-5, err_msg=f"row {i}")
-            assert_tree_close(carry_i, jax.tree.map(lambda a: np.asarray(a[0]), rev_carry))
+            assert_close(carry_i, jax.tree.map(lambda a: np.asarray(a[0]), rev_carry), 1e-5)
 
 
 def test_padding_gets_no_gradient():
@@ -220,7 +220,7 @@ def test_stacked_layer_two_reads_layer_one_outputs():
     out1, carry1 = layer({"params": params["layer_1"]}, out0, lengths)
     assert_close(out, out1, 1e-6)
     assert len(carries) == 2
-    assert_tree_close(carries, jax.tree.map(np.asarray, (carry0, carry1)), tol=1e-6)
+    assert_close(carries, jax.tree.map(np.asarray, (carry0, carry1)), 1e-6)
 
 
 def test_stacked_dropout_only_between_layers():
@@ -263,7 +263,7 @@ def test_jit_equals_no_jit():
     params = random_params(model, x, lengths=lengths)
     eager = model.apply({"params": params}, x, lengths)
     jitted = jit_apply(model, params, x, lengths)
-    assert_tree_close(jitted, jax.tree.map(np.asarray, eager), tol=1e-6)
+    assert_close(jitted, jax.tree.map(np.asarray, eager), 1e-6)
 
 
 @pytest.mark.parametrize("cell", ["lstm", "gru"])
@@ -280,7 +280,7 @@ def test_bf16_compute_keeps_f32_params_and_tracks_f32(cell):
     assert out.dtype == jnp.bfloat16
     assert all(c.dtype == jnp.float32 for c in jax.tree.leaves(carry))  # state kept in f32
     assert_close(out.astype(jnp.float32), ref_out, 3e-2)
-    assert_tree_close(carry, jax.tree.map(np.asarray, ref_carry), tol=3e-2)
+    assert_close(carry, jax.tree.map(np.asarray, ref_carry), 3e-2)
     assert not np.array_equal(out.astype(jnp.float32), ref_out)  # bf16 really was used
 
 
@@ -332,7 +332,7 @@ def test_sharded_equals_single_device():
     host = jax.tree.map(np.asarray, params)
     ref_out, ref_carry = jax.jit(model.apply)(host, x, lengths)
     assert_close(out, ref_out, 1e-5)
-    assert_tree_close(carry, jax.tree.map(np.asarray, ref_carry))
+    assert_close(carry, jax.tree.map(np.asarray, ref_carry), 1e-5)
 
 
 def test_bad_arguments_name_the_argument():
