@@ -14,8 +14,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from zoo.train import optim, partitioning
-from zoo.train.state import TrainState
+from zoo.train import partitioning, program
 
 
 # Backends that keep the [heads, q, k] softmax output for the backward pass; the others keep
@@ -75,11 +74,7 @@ def report(config: ml_collections.ConfigDict, workdir: str,
     mesh = partitioning.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor,
                                   devices=devices)
     rules = partitioning.rules_from_config(config.mesh.rules)
-    optimizer = optim.make_optimizer(config.optim)
-
-    def init_state(rng):
-        return TrainState.create(task.init_params(rng), optimizer, rng)
-
+    init_state = program.init_state_fn(task, program.make_optimizer(task, config))
     with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
         # The key is made inside the trace: even jax.random.key(0) would compile eagerly.
         boxed = jax.eval_shape(lambda: init_state(jax.random.key(0)))

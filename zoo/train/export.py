@@ -1,6 +1,6 @@
 """A job's real train step lowered for hardware this machine does not have, with `jax.export`.
 
-The step is the one `loop.make_train_step` jits (the task's loss, the config's optimizer,
+The step is the one the loop jits (zoo.train.program: the task's loss, the config's optimizer,
 gradient accumulation, the NaN and spike guards), over abstract arrays on an AbstractMesh of
 (data, fsdp, tensor) devices: shapes and shardings only, so BERT-base lowers for a TPU pod
 slice on a laptop without allocating a parameter. A program that lowers here has passed
@@ -10,12 +10,10 @@ TPU) and StableHLO serialisation; what remains for the hardware is XLA's compila
 
 from collections.abc import Sequence
 
-import flax.linen as nn
 import jax
 import ml_collections
 
-from zoo.train import optim, partitioning, step
-from zoo.train.state import TrainState
+from zoo.train import partitioning, program
 
 # Pallas GPU kernels lower to Triton calls, which jax.export refuses by default because their
 # binary form carries no compatibility guarantee across jaxlib versions (fine for a program
@@ -43,34 +41,7 @@ def export_train_step(task, config: ml_collections.ConfigDict, platforms: Sequen
     Raises:
       ConfigError: a parameter or the batch does not divide over the mesh (naming it).
     """
-    rules = partitioning.rules_from_config(config.mesh.rules)
-    optimizer = optim.make_optimizer(config.optim, frozen=task.frozen_subtrees())
-
-    def init_state():
-        # The key is made inside the trace: even jax.random.key(0) would run eagerly.
-        params_rng, state_rng = jax.random.split(jax.random.key(0))
-        return TrainState.create(task.init_params(params_rng), optimizer, state_rng)
-
-    with jax.sharding.use_abstract_mesh(mesh), nn.logical_axis_rules(rules):
-        boxed = jax.eval_shape(init_state)
-        shardings = nn.unbox(partitioning.logical_sharding(boxed, mesh, rules))
-    state = nn.unbox(boxed)
-    partitioning.check_divisible(state, shardings, mesh)
-    batch_sharding = partitioning.batch_sharding(mesh, rules)
-    batch = task.init_batch()
-    for leaf in jax.tree.leaves(batch):
-        partitioning.check_batch(leaf.shape[0], batch_sharding)
-
-    def spec(x, sharding):
-        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
-
-    train_step = jax.jit(
-        step.make_train_step(task.loss_fn, optimizer, config.train.grad_accum_steps,
-                             step.spike_guard(config.train.loss_spike)),
-        in_shardings=(shardings, batch_sharding), out_shardings=(shardings, None),
-        donate_argnums=0)
-    args = (jax.tree.map(spec, state, shardings),
-            jax.tree.map(lambda x: spec(x, batch_sharding), batch))
-    with jax.sharding.use_abstract_mesh(mesh), nn.logical_axis_rules(rules):
+    train_step, args = program.abstract_train_step(task, config, mesh)
+    with program.lowering_context(config, mesh):
         return jax.export.export(train_step, platforms=tuple(platforms),
                                  disabled_checks=[_TRITON])(*args)

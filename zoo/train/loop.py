@@ -20,7 +20,7 @@ from jax.experimental import multihost_utils
 from zoo import paths
 from zoo.errors import ConfigError, MissingFileError, UserError
 from zoo.train import metrics as metrics_lib
-from zoo.train import checkpoint, dry_run, optim, partitioning, recipe, step
+from zoo.train import checkpoint, dry_run, optim, partitioning, program, recipe, step
 from zoo.train.checkpoint import Checkpointer, MissingParamsError
 from zoo.train.state import TrainState
 
@@ -106,27 +106,17 @@ def build(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFac
                                   devices=devices)
     rules = _rules(config)
     task = task_factory(config, workdir)
-    optimizer = optim.make_optimizer(config.optim, frozen=task.frozen_subtrees())
-
-    def init_state(rng):
-        params_rng, state_rng = jax.random.split(rng)
-        return TrainState.create(task.init_params(params_rng), optimizer, state_rng)
-
+    optimizer = program.make_optimizer(task, config)
     state, state_sharding = partitioning.sharded_init(
-        init_state, mesh, rules, jax.random.key(config.train.seed)
+        program.init_state_fn(task, optimizer), mesh, rules, jax.random.key(config.train.seed)
     )
     return Setup(task, mesh, rules, optimizer, state, state_sharding,
                  partitioning.batch_sharding(mesh, rules))
 
 
 def make_train_step(setup: Setup, config: ml_collections.ConfigDict):
-    return jax.jit(
-        step.make_train_step(setup.task.loss_fn, setup.optimizer, config.train.grad_accum_steps,
-                             step.spike_guard(config.train.loss_spike)),
-        in_shardings=(setup.state_sharding, setup.batch_sharding),
-        out_shardings=(setup.state_sharding, None),
-        donate_argnums=0,  # the old state's buffers are reused for the new one
-    )
+    return program.jit_train_step(setup.task, setup.optimizer, config, setup.state_sharding,
+                                  setup.batch_sharding)
 
 
 def make_eval_step(setup: Setup):
