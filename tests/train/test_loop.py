@@ -235,6 +235,38 @@ def test_nonfinite_stop_names_the_step_and_keeps_checkpoints(tiny_lm_config, tmp
     assert Checkpointer(str(tmp_path)).latest_step() == 4
 
 
+def test_stop_flags_are_read_one_step_late(tiny_lm_config, tmp_path, monkeypatch):
+    """With nonfinite='stop' the loop must read a device value per step; reading the step it
+    has just dispatched would make the host wait for the device every step. It reads each
+    step's flag only after dispatching the next one (and at once where it writes anyway)."""
+    events = []
+
+    class Flag(float):  # a step's nonfinite flag that logs when the host reads it
+        def __float__(self):
+            events.append(("read", self.step))
+            return float.__float__(self)
+
+    real = loop.make_train_step
+
+    def recording(setup, config):
+        step_fn = real(setup, config)
+
+        def dispatch(state, batch):
+            state, metrics = step_fn(state, batch)
+            events.append(("dispatch", int(state.step)))
+            flag = Flag(jax.device_get(metrics["nonfinite"]))
+            flag.step = int(state.step)
+            return state, dict(metrics, nonfinite=flag)
+        return dispatch
+
+    monkeypatch.setattr(loop, "make_train_step", recording)
+    config = tiny_lm_config(steps=5, log_every=1000, nonfinite="stop")
+    jobs.train(config, str(tmp_path), devices=ONE_DEVICE)
+    for step in range(1, 5):
+        assert events.index(("dispatch", step + 1)) < events.index(("read", step)), events
+    assert events[-1] == ("read", 5)  # the last step is read before its log and checkpoint
+
+
 def test_nonfinite_skip_counts_and_continues(tiny_lm_config, tmp_path, monkeypatch):
     config = tiny_lm_config(steps=4, nonfinite="skip")
     _poison(monkeypatch, bad={2})

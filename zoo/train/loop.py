@@ -232,7 +232,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
             print(f"baseline {name}: {value:.4g}", flush=True)
 
     history, summary, saved = [], {}, start
-    spikes_stop = train_cfg.loss_spike.max_in_a_row if train_cfg.loss_spike.factor else 0
+    # Whether a step's metrics can stop the run (and so must be read): see _stop_if_told.
+    stops = train_cfg.nonfinite == "stop" or bool(train_cfg.loss_spike.factor)
+    unread = []
     try:
         with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules), \
                 _Preemption() as preemption:
@@ -244,24 +246,20 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
                 if profile and done == profile[1]:
                     jax.block_until_ready(state)
                     jax.profiler.stop_trace()
-                if train_cfg.nonfinite == "stop" and float(step_metrics["nonfinite"]):
-                    raise NonFiniteLossError(
-                        f"step {done}: the loss or gradients are NaN/Inf, so training stopped "
-                        f"(config.train.nonfinite='stop'); the update was not applied and the "
-                        f"last checkpoint, step {checkpointer.latest_step()}, is intact in "
-                        f"{checkpointer.directory}. Lower config.optim.learning_rate, check the "
-                        "data, or set config.train.nonfinite='skip' to skip such batches."
-                    )
-                if spikes_stop and float(step_metrics["spikes_in_a_row"]) >= spikes_stop:
-                    raise LossSpikeError(
-                        f"step {done}: the loss exceeded {train_cfg.loss_spike.factor} x its "
-                        f"running mean {float(state.loss_stats.mean):.4g} for {spikes_stop} steps "
-                        "in a row (their updates were skipped), so training stopped: the loss "
-                        "has moved, not spiked (divergence, or data unlike the earlier batches)."
-                        f" The last checkpoint, step {checkpointer.latest_step()}, is intact in "
-                        f"{checkpointer.directory}. Lower config.optim.learning_rate and resume, "
-                        "or raise config.train.loss_spike.factor / max_in_a_row."
-                    )
+                preempted = preemption.reached(done)
+                # The stop flags are read one step late: the step before has finished by now,
+                # so the host does not wait for the step it just dispatched and stays a step
+                # ahead of the device (as MaxText reads its loss). Before anything that writes
+                # (a log, an eval, a checkpoint) the current step's flags are read too.
+                for late in unread:
+                    _stop_if_told(*late, train_cfg, checkpointer, state.loss_stats.mean)
+                unread = [(done, step_metrics)] if stops else []
+                if unread and (done % train_cfg.log_every == 0 or done == total
+                               or done % train_cfg.eval_every == 0
+                               or done % train_cfg.checkpoint_every == 0
+                               or preempted):
+                    _stop_if_told(*unread.pop(), train_cfg, checkpointer,
+                                  state.loss_stats.mean)
                 if done % train_cfg.log_every == 0 or done == total:
                     report = _train_report(task, history, schedule, done)
                     report.update(progress.update(done, report, tokens=report.pop("tokens")))
@@ -273,7 +271,6 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
                     writer.write(done, "eval", summary)
                     _print_eval(done, summary)
                     _maybe_save_best(best, done, state, summary)
-                preempted = preemption.reached(done)
                 if done % train_cfg.checkpoint_every == 0 or done == total or preempted:
                     checkpointer.save(done, state, batches)
                     saved = done
@@ -295,6 +292,31 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
         paths.write_atomic(paths.join(workdir, "summary.json"),
                            json.dumps({"step": total, **summary, **baselines}, indent=2))
     return summary
+
+
+def _stop_if_told(done: int, step_metrics, train_cfg, checkpointer: Checkpointer,
+                  running_mean) -> None:
+    """Raises when step `done`'s metrics say the run must stop: a NaN/Inf under
+    config.train.nonfinite='stop', or max_in_a_row loss spikes in a row."""
+    if train_cfg.nonfinite == "stop" and float(step_metrics["nonfinite"]):
+        raise NonFiniteLossError(
+            f"step {done}: the loss or gradients are NaN/Inf, so training stopped "
+            f"(config.train.nonfinite='stop'); the update was not applied and the "
+            f"last checkpoint, step {checkpointer.latest_step()}, is intact in "
+            f"{checkpointer.directory}. Lower config.optim.learning_rate, check the "
+            "data, or set config.train.nonfinite='skip' to skip such batches."
+        )
+    spikes_stop = train_cfg.loss_spike.max_in_a_row if train_cfg.loss_spike.factor else 0
+    if spikes_stop and float(step_metrics["spikes_in_a_row"]) >= spikes_stop:
+        raise LossSpikeError(
+            f"step {done}: the loss exceeded {train_cfg.loss_spike.factor} x its "
+            f"running mean {float(running_mean):.4g} for {spikes_stop} steps "
+            "in a row (their updates were skipped), so training stopped: the loss "
+            "has moved, not spiked (divergence, or data unlike the earlier batches)."
+            f" The last checkpoint, step {checkpointer.latest_step()}, is intact in "
+            f"{checkpointer.directory}. Lower config.optim.learning_rate and resume, "
+            "or raise config.train.loss_spike.factor / max_in_a_row."
+        )
 
 
 def _init_params_from(workdir: str, state: TrainState, subtree: str | None = None
