@@ -46,6 +46,11 @@ def test_peak_flops_from_the_spec_table_or_the_override():
         return [types.SimpleNamespace(device_kind=kind)] * n
 
     assert metrics.peak_flops(devices("TPU v4", 8)) == 8 * 275e12
+    # jax calls v5e 'TPU v5 lite' and v5p 'TPU v5': the one must not take the other's peak.
+    assert metrics.peak_flops(devices("TPU v5 lite", 4)) == 4 * 197e12
+    assert metrics.peak_flops(devices("TPU v5", 4)) == 4 * 459e12
+    assert metrics.peak_flops(devices("TPU v6 lite", 4)) == 4 * 918e12
+    assert metrics.peak_flops(devices("NVIDIA H200", 1)) == 989e12
     assert metrics.peak_flops(devices("NVIDIA H100 80GB HBM3", 2)) == 2 * 989e12
     assert metrics.peak_flops(devices("cpu", 4)) is None
     assert metrics.peak_flops(devices("cpu", 4), override=1e12) == 4e12

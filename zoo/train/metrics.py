@@ -9,6 +9,7 @@ import jax
 import numpy as np
 
 from zoo import paths
+from zoo.train import chips
 
 
 class _JsonLines:
@@ -79,30 +80,15 @@ class MetricsWriter:
             self._tb.close()
 
 
-# Dense bf16 peak FLOP/s per chip, from the vendors' spec sheets; MFU is reported against these.
-_PEAK_FLOPS = {
-    "TPU v4": 275e12,
-    "TPU v5 lite": 197e12,
-    "TPU v5e": 197e12,
-    "TPU v5p": 459e12,
-    "TPU v6 lite": 918e12,
-    "H100": 989e12,
-    "H200": 989e12,
-    "A100": 312e12,
-}
-
-
 def peak_flops(devices, override: float = 0.0) -> float | None:
-    """Total peak FLOP/s of `devices` (config.train.peak_flops per device overrides the table);
+    """Total dense bf16 peak FLOP/s of `devices` (zoo.train.chips; config.train.peak_flops per
+    device overrides it);
     None where unknown (CPUs), and MFU is then not shown."""
     devices = list(devices)
     if override:
         return override * len(devices)
-    kind = devices[0].device_kind
-    for name, flops in _PEAK_FLOPS.items():
-        if name.lower() in kind.lower():
-            return flops * len(devices)
-    return None
+    chip = chips.for_device_kind(devices[0].device_kind)
+    return None if chip is None else chip.peak_flops * len(devices)
 
 
 class Progress:
