@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from tests import stablehlo
 from tests.nn.attention_reference import attention_and_gradients
 from tests.numerics import assert_close
 from zoo.errors import ConfigError
 from zoo.nn import attention_kernels as kernels
 from zoo.nn.attention import MultiHeadAttention
 from zoo.nn.masks import MaskSpec
-from zoo.train import partitioning
+from zoo.train import export, partitioning
 
 
 def _case(batch, q_len, k_len, heads=2, dim=16, seed=0):
@@ -91,6 +92,58 @@ def test_kernels_run_per_shard_on_a_mesh_and_equal_one_device():
     with jax.set_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES):
         sharded = jax.jit(fn)(*placed, sharded_spec)
     assert_close(sharded, single, 1e-6)
+
+
+# Each Pallas kernel, the platform it lowers for and its custom call in the lowered program.
+LOWERED = {"pallas_gpu": ("cuda", "__gpu$xla.gpu.triton"), "splash": ("tpu", "tpu_custom_call")}
+
+
+def _lowered_gradient(backend: str, mesh_shape) -> stablehlo.Program:
+    """The gradient of a packed causal attention (batch 8, 128 tokens, 4 heads of 64) through
+    the real kernel, lowered for its hardware with q / k / v split over an abstract mesh as
+    MultiHeadAttention's activations are."""
+    platform, _ = LOWERED[backend]
+    attend = {"pallas_gpu": kernels.pallas_gpu_attention,
+              "splash": kernels.splash_attention}[backend]
+
+    def loss(q, k, v, segments):
+        spec = MaskSpec.self_attention(segments, causal=True, packed=True)
+        return jnp.sum(attend(q, k, v, spec=spec).astype(jnp.float32))
+
+    mesh = export.abstract_mesh(*mesh_shape)
+    qkv = NamedSharding(mesh, P(("data", "fsdp"), None, "tensor", None))
+    rows = NamedSharding(mesh, P(("data", "fsdp"), None))
+    args = [jax.ShapeDtypeStruct((8, 128, 4, 64), jnp.bfloat16, sharding=qkv)] * 3
+    args.append(jax.ShapeDtypeStruct((8, 128), jnp.int32, sharding=rows))
+    with jax.sharding.use_abstract_mesh(mesh), nn.logical_axis_rules(partitioning.DEFAULT_RULES):
+        exported = jax.export.export(
+            jax.jit(jax.grad(loss, argnums=(0, 1, 2))), platforms=(platform,),
+            disabled_checks=[jax.export.DisabledSafetyCheck.custom_call(LOWERED["pallas_gpu"][1])],
+        )(*args)
+    return stablehlo.Program(exported.mlir_module())
+
+
+@pytest.mark.parametrize("backend", list(LOWERED))
+def test_kernels_lower_inside_shard_map_on_each_devices_share(backend):
+    """On a 2 x 2 x 2 mesh every kernel call (forward and backward) sits in shard_map with one
+    device's batch rows (8 / 4) and heads (4 / 2): what the values test above cannot see."""
+    program = _lowered_gradient(backend, (2, 2, 2))
+    target = LOWERED[backend][1]
+    assert len(program.custom_calls(target)) >= 2
+    per_device = {(2, 128, 2, 64), (2, 2, 128, 64)}  # [b, l, h, d] (Triton), [b, h, l, d] (Splash)
+    assert stablehlo.misplaced_kernels(program, target, per_device, head_dim=64) == []
+
+
+@pytest.mark.parametrize("backend", list(LOWERED))
+def test_the_shard_map_check_sees_a_kernel_called_directly(backend):
+    """On one device _per_shard calls the kernel without shard_map (nothing to split): the
+    check reports each call as outside shard_map, its shapes being the whole arrays'."""
+    program = _lowered_gradient(backend, (1, 1, 1))
+    target = LOWERED[backend][1]
+    problems = stablehlo.misplaced_kernels(program, target, {(8, 128, 4, 64), (8, 4, 128, 64)},
+                                           head_dim=64)
+    assert len(problems) == len(program.custom_calls(target)) >= 2, problems
+    assert all("outside shard_map" in p for p in problems), problems
 
 
 def test_what_a_kernel_cannot_express_is_a_clear_error():
