@@ -1,0 +1,196 @@
+"""The collectives of a compiled program, read from its HLO text (`compiled.as_text()`).
+
+After XLA's SPMD partitioner has run, every byte a sharded step sends between devices is an
+instruction of the per-device program: all-reduce, all-gather, reduce-scatter, all-to-all or
+collective-permute (on TPU and GPU often split into an async `-start` / `-done` pair; the
+`-start` is counted). Each instruction lives in a computation; a computation that is the body
+of a `while` runs once per iteration, so a collective there runs trip-count times per step.
+This module finds every collective, its per-device bytes, its replica groups, the loops around
+it (their op names and trip counts) and the op it came from (`metadata={op_name=...}`), so a
+test can hold a layout to what first principles say it must communicate, and the compile
+command can print it.
+
+XLA:CPU (fake devices) and the TPU compiler both print this form; they differ in what they
+do after partitioning (the TPU compiler fuses, makes collectives async, may combine several
+small all-reduces into one tuple-shaped one), which changes counts but not bytes.
+"""
+
+import dataclasses
+import math
+import re
+
+# Element sizes of the HLO primitive types a train step uses (pred is stored as a byte).
+_DTYPE_BYTES = {
+    "pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4, "u32": 4,
+    "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16,
+    "f8e4m3fn": 1, "f8e5m2": 1, "s4": 0.5, "u4": 0.5,
+}
+KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+
+_COMPUTATION = re.compile(r"^(?:ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->.*\{\s*$")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=\s*(.*?)\s+([a-z][\w\-]*)\((.*)$")
+_ARRAY = re.compile(r"\b([a-z]\w*)\[([\d,]*)\]")
+_CALLEES = re.compile(
+    r"\b(?:body|condition|calls|to_apply|true_computation|false_computation)=%([\w.\-]+)")
+_BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
+_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+
+
+@dataclasses.dataclass(frozen=True)
+class Loop:
+    """A `while` around a collective: where it came from and how often its body runs."""
+
+    op_name: str
+    trip_count: int | None  # None: XLA could not prove a constant trip count
+
+
+@dataclasses.dataclass(frozen=True)
+class Collective:
+    kind: str  # one of KINDS
+    dtype: str  # of the (first) array it moves, e.g. 'bf16'
+    shapes: tuple[tuple[int, ...], ...]  # its result arrays, per device
+    bytes: int  # the whole array(s) it reduces or assembles, per device (see array_bytes)
+    group_size: int  # devices in each replica group
+    replica_groups: str  # as printed
+    op_name: str  # the JAX op it came from ('' when XLA made it, e.g. a combined all-reduce)
+    loops: tuple[Loop, ...]  # the while loops around it, outermost first
+    name: str  # the HLO instruction
+
+    @property
+    def executions(self) -> int | None:
+        """Times it runs per program execution: the product of its loops' trip counts."""
+        counts = [loop.trip_count for loop in self.loops]
+        return None if None in counts else math.prod(counts)
+
+    @property
+    def wire_bytes(self) -> float:
+        """Bytes each device sends per execution with the bandwidth-optimal ring algorithm:
+        all-reduce 2 (n-1)/n S, all-gather and reduce-scatter (n-1)/n S of the whole array S,
+        all-to-all (n-1)/n S, a permute S."""
+        n = self.group_size
+        if self.kind == "collective-permute":
+            return float(self.bytes)
+        factor = 2.0 if self.kind == "all-reduce" else 1.0
+        return factor * (n - 1) / n * self.bytes if n > 1 else 0.0
+
+    def inside(self, scope: str) -> bool:
+        """Whether a loop around it comes from an op whose name contains `scope` (e.g. the
+        'attention' module's own loops, as opposed to the layer scan that holds them)."""
+        return any(scope in loop.op_name for loop in self.loops)
+
+
+def _array_shapes(type_text: str) -> list[tuple[str, tuple[int, ...]]]:
+    # 'bf16[128,128]{1,0:T(8,128)(2,1)}' or '(f32[8]{0}, s32[])' -> [(dtype, dims), ...]
+    return [(dtype, tuple(int(d) for d in dims.split(",") if d))
+            for dtype, dims in _ARRAY.findall(type_text) if dtype in _DTYPE_BYTES]
+
+
+def _group_size(line: str) -> tuple[int, str]:
+    match = re.search(r"replica_groups=(mesh\[[^\]]*\]\s*\{[^}]*\}|\[[\d,]+\]<=\[[\d,]+\]"
+                      r"(?:T\([\d,]+\))?|\{(?:\{[\d,]*\},?)*\})", line)
+    if match is None:
+        # collective-permute has source_target_pairs instead: a pair of devices.
+        return 2, ""
+    text = match.group(1)
+    if text.startswith("mesh["):
+        sizes = dict(re.findall(r"'(\w+)'=(\d+)", text.split("]")[0]))
+        axes = re.findall(r"'(\w+)'", text.split("]", 1)[1])
+        return math.prod(int(sizes[a]) for a in axes), text
+    if text.startswith("["):  # iota form [groups, size]<=[devices]
+        return int(text[1:].split("]")[0].split(",")[-1]), text
+    first = re.search(r"\{([\d,]*)\}", text[1:])
+    return (len([x for x in first.group(1).split(",") if x]) if first else 1), text
+
+
+def array_bytes(kind: str, result_bytes: int, group_size: int) -> int:
+    """The whole array a collective reduces or assembles, from its per-device result: an
+    all-gather's result is it; a reduce-scatter's result is one of group_size pieces of it."""
+    return result_bytes * group_size if kind == "reduce-scatter" else result_bytes
+
+
+def collectives(hlo_text: str) -> list[Collective]:
+    """Every collective of the per-device program `hlo_text`, with the loops around it."""
+    computations: dict[str, list[str]] = {}
+    entry, current = None, None
+    for line in hlo_text.splitlines():
+        match = _COMPUTATION.match(line)
+        if match:
+            current = match.group(1)
+            computations[current] = []
+            if line.startswith("ENTRY"):
+                entry = current
+        elif current is not None and line.strip() and line.strip() != "}":
+            computations[current].append(line)
+    if entry is None:
+        raise ValueError("collectives: no ENTRY computation in the HLO text (give "
+                         "compiled.as_text() of a jitted, compiled function)")
+
+    # The loops around each computation, found by walking the call graph from ENTRY.
+    loops_of: dict[str, tuple[Loop, ...]] = {entry: ()}
+    pending = [entry]
+    while pending:
+        caller = pending.pop()
+        for line in computations.get(caller, ()):
+            callees = _CALLEES.findall(line)
+            for branches in _BRANCHES.findall(line):
+                callees += re.findall(r"%([\w.\-]+)", branches)
+            if not callees:
+                continue
+            instruction = _INSTRUCTION.match(line)
+            is_while = instruction is not None and instruction.group(3) == "while"
+            loop = None
+            if is_while:
+                trips = _TRIP_COUNT.search(line)
+                op_name = _OP_NAME.search(line)
+                loop = Loop(op_name.group(1) if op_name else "",
+                            int(trips.group(1)) if trips else None)
+            for callee in callees:
+                around = loops_of[caller] + ((loop,) if loop is not None else ())
+                # A computation reached twice keeps the deeper nest (the costlier reading).
+                if callee not in loops_of or len(around) > len(loops_of[callee]):
+                    loops_of[callee] = around
+                    pending.append(callee)
+
+    found = []
+    for computation, lines in computations.items():
+        if computation not in loops_of:
+            continue  # not reachable from ENTRY (XLA keeps some dead clones)
+        for line in lines:
+            instruction = _INSTRUCTION.match(line)
+            if instruction is None:
+                continue
+            name, type_text, opcode, _ = instruction.groups()
+            kind = opcode[:-len("-start")] if opcode.endswith("-start") else opcode
+            if kind not in KINDS:
+                continue
+            arrays = _array_shapes(type_text)
+            if opcode.endswith("-start") and len(arrays) > 1:
+                # An async start's result holds its operands beside its results (and, for a
+                # permute, two u32 sync flags): keep the results.
+                if kind == "all-gather":
+                    arrays = arrays[len(arrays) // 2:]
+                elif kind == "collective-permute":
+                    arrays = arrays[1:2]
+            result_bytes = int(sum(math.prod(dims) * _DTYPE_BYTES[dtype]
+                                   for dtype, dims in arrays))
+            size, groups = _group_size(line)
+            op_name = _OP_NAME.search(line)
+            found.append(Collective(
+                kind=kind, dtype=arrays[0][0] if arrays else "",
+                shapes=tuple(dims for _, dims in arrays),
+                bytes=array_bytes(kind, result_bytes, size), group_size=size,
+                replica_groups=groups, op_name=op_name.group(1) if op_name else "",
+                loops=loops_of[computation], name=name))
+    return found
+
+
+def bytes_per_execution(found: list[Collective], kinds=KINDS) -> float:
+    """The arrays `found`'s collectives of `kinds` move in one execution of the program (each
+    counted as often as its loops run; a loop of unknown trip count counts once)."""
+    return float(sum(c.bytes * (c.executions or 1) for c in found if c.kind in kinds))
+
+
+def wire_bytes_per_execution(found: list[Collective]) -> float:
+    """What each device sends in one execution with ring algorithms (Collective.wire_bytes)."""
+    return float(sum(c.wire_bytes * (c.executions or 1) for c in found))
