@@ -103,10 +103,28 @@ def _group_size(line: str) -> tuple[int, str]:
     return (len([x for x in first.group(1).split(",") if x]) if first else 1), text
 
 
-def array_bytes(kind: str, result_bytes: int, group_size: int) -> int:
+def _trip_count(while_line: str, computations: dict[str, list[str]]) -> int | None:
+    """A while loop's trip count: XLA:CPU prints it (`known_trip_count`); the TPU compiler does
+    not, so it is read off the loop's condition when that is `counter < constant` (how jax
+    lowers a scan: a counter from 0 in steps of 1). None when neither says."""
+    known = _TRIP_COUNT.search(while_line)
+    if known:
+        return int(known.group(1))
+    condition = re.search(r"\bcondition=%([\w.\-]+)", while_line)
+    lines = computations.get(condition.group(1), []) if condition else []
+    bounds = [int(m.group(1)) for text in lines
+              for m in [re.search(r"= s32\[\][^ ]* constant\((\d+)\)", text)] if m]
+    root = next((text for text in lines if text.lstrip().startswith("ROOT")), "")
+    if len(bounds) == 1 and " compare(" in root and "direction=LT" in root:
+        return bounds[0]
+    return None
+
+
+def array_bytes(kind: str, result_bytes: int, group_size: int, fused: bool = False) -> int:
     """The whole array a collective reduces or assembles, from its per-device result: an
-    all-gather's result is it; a reduce-scatter's result is one of group_size pieces of it."""
-    return result_bytes * group_size if kind == "reduce-scatter" else result_bytes
+    all-gather's result is it; a reduce-scatter's result is one of group_size pieces of it
+    (unless it is the TPU's fused all-reduce, whose result is still the whole)."""
+    return result_bytes * group_size if kind == "reduce-scatter" and not fused else result_bytes
 
 
 def collectives(hlo_text: str) -> list[Collective]:
@@ -141,10 +159,8 @@ def collectives(hlo_text: str) -> list[Collective]:
             is_while = instruction is not None and instruction.group(3) == "while"
             loop = None
             if is_while:
-                trips = _TRIP_COUNT.search(line)
                 op_name = _OP_NAME.search(line)
-                loop = Loop(op_name.group(1) if op_name else "",
-                            int(trips.group(1)) if trips else None)
+                loop = Loop(op_name.group(1) if op_name else "", _trip_count(line, computations))
             for callee in callees:
                 around = loops_of[caller] + ((loop,) if loop is not None else ())
                 # A computation reached twice keeps the deeper nest (the costlier reading).
@@ -164,6 +180,10 @@ def collectives(hlo_text: str) -> list[Collective]:
             kind = opcode[:-len("-start")] if opcode.endswith("-start") else opcode
             if kind not in KINDS:
                 continue
+            if kind == "all-reduce" and computation.startswith("all-reduce-scatter"):
+                # The TPU compiler's reduce-scatter: an all-reduce fused with the slice each
+                # device keeps (its fusion's outputs are the slices), sent as one.
+                kind = "reduce-scatter"
             arrays = _array_shapes(type_text)
             if opcode.endswith("-start") and len(arrays) > 1:
                 # An async start's result holds its operands beside its results (and, for a
@@ -179,7 +199,8 @@ def collectives(hlo_text: str) -> list[Collective]:
             found.append(Collective(
                 kind=kind, dtype=arrays[0][0] if arrays else "",
                 shapes=tuple(dims for _, dims in arrays),
-                bytes=array_bytes(kind, result_bytes, size), group_size=size,
+                bytes=array_bytes(kind, result_bytes, size, fused=opcode == "all-reduce"),
+                group_size=size,
                 replica_groups=groups, op_name=op_name.group(1) if op_name else "",
                 loops=loops_of[computation], name=name))
     return found

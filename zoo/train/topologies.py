@@ -35,6 +35,10 @@ class Slice:
         return math.prod(self.shape)
 
     @property
+    def accelerator_type(self) -> str:  # Cloud TPU's name, which calls v5e 'v5litepod'
+        return self.name.replace("v5e-", "v5litepod-")
+
+    @property
     def topology_name(self) -> str:  # libtpu's form, e.g. 'v5e:4x4'
         return f"{_TOPOLOGY_PREFIX[self.chip.name]}:{'x'.join(map(str, self.shape))}"
 
@@ -100,10 +104,14 @@ def compile_only_devices(tpu_slice: Slice) -> list:
     except ImportError:
         raise ConfigError(f"compiling for {tpu_slice.name} needs libtpu, which is not "
                           f"installed; install it with: {INSTALL}") from None
-    # Compile-only use of libtpu: no metadata server to ask (this is not a TPU VM), and
-    # several processes (pytest workers) may hold it at once, which its lock file forbids.
-    os.environ.setdefault("TPU_SKIP_MDS_QUERY", "1")
-    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    # Compile-only use of libtpu: no metadata server to ask (this is not a TPU VM), one
+    # worker (itself) and the slice's accelerator type, which libtpu would otherwise warn it
+    # cannot find; and several processes (pytest workers) may hold libtpu at once, which its
+    # lock file forbids. A TPU VM's own settings are kept.
+    for name, value in (("TPU_SKIP_MDS_QUERY", "1"), ("ALLOW_MULTIPLE_LIBTPU_LOAD", "1"),
+                        ("TPU_WORKER_HOSTNAMES", "localhost"), ("TPU_WORKER_ID", "0"),
+                        ("TPU_ACCELERATOR_TYPE", tpu_slice.accelerator_type)):
+        os.environ.setdefault(name, value)
     from jax.experimental import topologies
 
     _, dims, chip_config = _FAMILIES[tpu_slice.chip.name]
