@@ -41,7 +41,9 @@ class Dense(nn.Module):
     bias_init: Initializer = nn.initializers.zeros_init()
 
     @nn.compact
-    def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+    def __call__(self, x: jnp.ndarray, params_only: bool = False):
+        """x W + b; with params_only, (W, b or None) in the compute dtype instead, created for
+        an input like `x` (for a caller that applies several projections as one matmul)."""
         features = (self.features,) if isinstance(self.features, int) else tuple(self.features)
         in_shape = x.shape[-self.num_in :]
         if len(self.kernel_axes) != self.num_in + len(features):
@@ -59,20 +61,22 @@ class Dense(nn.Module):
             kernel_shape,
             self.param_dtype,
         )
-        batch = _letters(x.ndim - self.num_in, 0)
-        ins = _letters(self.num_in, 12)
-        outs = _letters(len(features), 20)
-        x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
-        y = jnp.einsum(f"{batch}{ins},{ins}{outs}->{batch}{outs}", x, kernel)
+        bias = None
         if self.use_bias:
             bias = self.param(
                 "bias",
                 nn.with_logical_partitioning(self.bias_init, tuple(self.kernel_axes[self.num_in :])),
                 features,
                 self.param_dtype,
-            )
-            y = y + bias.astype(self.dtype)
-        return y
+            ).astype(self.dtype)
+        kernel = kernel.astype(self.dtype)
+        if params_only:
+            return kernel, bias
+        batch = _letters(x.ndim - self.num_in, 0)
+        ins = _letters(self.num_in, 12)
+        outs = _letters(len(features), 20)
+        y = jnp.einsum(f"{batch}{ins},{ins}{outs}->{batch}{outs}", x.astype(self.dtype), kernel)
+        return y if bias is None else y + bias
 
 
 def _flat_kernel_init(init: Initializer, num_in: int) -> Initializer:
