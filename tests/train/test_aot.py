@@ -1,0 +1,113 @@
+"""Compiling for TPU slices this machine does not have: slice names, the executed-FLOP count,
+and the compile command (the real TPU compiler, where libtpu is installed)."""
+
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from benchmarks import step as bench_step
+from tests.libtpu import HAS_LIBTPU, needs_libtpu
+from tests.process_env import process_env
+from zoo.errors import ConfigError
+from zoo.train import flops, partitioning, program, topologies
+
+
+
+@pytest.mark.parametrize("name, devices, shape, kind", [
+    ("v4-8", 4, (2, 2, 1), "TPU v4"),  # TensorCores: 2 per chip, one megacore device
+    ("v4-32", 16, (2, 2, 4), "TPU v4"),
+    ("v4-1024", 512, (8, 8, 8), "TPU v4"),
+    ("v5p-128", 64, (4, 4, 4), "TPU v5"),
+    ("v5e-1", 1, (1, 1), "TPU v5 lite"),  # chips
+    ("v5e-32", 32, (4, 8), "TPU v5 lite"),
+    ("v5e-256", 256, (16, 16), "TPU v5 lite"),
+    ("v6e-8", 8, (2, 4), "TPU v6 lite"),
+])
+def test_slices_are_named_as_cloud_tpu_names_them(name, devices, shape, kind):
+    tpu_slice = topologies.parse(name)
+    assert (tpu_slice.devices, tpu_slice.shape) == (devices, shape)
+    assert tpu_slice.chip.device_kind == kind
+    if HAS_LIBTPU and devices <= 64:
+        found = topologies.compile_only_devices(tpu_slice)
+        assert len(found) == devices and found[0].device_kind == kind
+
+
+@pytest.mark.parametrize("name, says", [
+    ("v5e-3", "powers of two"), ("v4-4", "from v4-8"), ("v5e-512", "256 chips"),
+    ("tpu-8", "not a TPU slice name"), ("v5e", "not a TPU slice name"),
+])
+def test_a_bad_slice_name_says_what_is_accepted(name, says):
+    with pytest.raises(ConfigError, match=says):
+        topologies.parse(name)
+
+
+def test_without_libtpu_one_line_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "libtpu", None)  # `import libtpu` raises ImportError
+    with pytest.raises(ConfigError, match=r'needs libtpu.*pip install "jax\[tpu\]'):
+        topologies.compile_only_devices(topologies.parse("v5e-4"))
+
+
+def test_executed_flops_count_every_loop_trip_and_the_backward_pass():
+    def layers(x, ws):  # 12 matmuls of [128, 256] x [256, 256] under a scan
+        return jax.lax.scan(lambda c, w: (c @ w, None), x, ws)[0].sum()
+
+    x = jax.ShapeDtypeStruct((128, 256), jnp.float32)
+    ws = jax.ShapeDtypeStruct((12, 256, 256), jnp.float32)
+    one = 2 * 128 * 256 * 256
+    assert flops.executed_flops(layers, x, ws) == 12 * one
+    # Backward: a gradient for the input and one for the weights per matmul.
+    assert flops.executed_flops(jax.grad(layers, argnums=(0, 1)), x, ws) == 3 * 12 * one
+    # XLA's own count sees the scan body once (why flops.py exists).
+    assert jax.jit(layers).lower(x, ws).compile().cost_analysis()["flops"] < 2 * one
+
+
+@pytest.mark.parametrize("remat, ratio", [("none", 1.0), ("full", 4 / 3)])
+def test_bert_base_executes_its_model_flops_plus_what_remat_repeats(remat, ratio):
+    """BERT-base's analytic FLOPs (zoo.models.bert.flops_per_token, MFU's numerator) against
+    the matmuls its train step runs: equal without remat; 'full' remat runs each layer's
+    forward twice, 4/3 of the layers' work (the embeddings and the MLM head are not
+    rematerialised, so a little under)."""
+    config = bench_step.job_config("bert", "base", 128, 8, "bfloat16")
+    config.model.remat = remat
+    task = bench_step.make_task("bert", config, 30522)
+    mesh = partitioning.make_mesh(1, 1, 1, devices=jax.devices()[:1])
+    train_step, args = program.abstract_train_step(task, config, mesh)
+    with program.lowering_context(config, mesh):
+        executed = flops.executed_flops(train_step, *args)
+    model = task.flops_per_token() * task.tokens_per_batch()
+    assert executed / model == pytest.approx(ratio, rel=0.05 if remat == "full" else 0.01)
+
+
+def _compile_command(workdir, *flags):
+    return subprocess.run(
+        [sys.executable, "-m", "zoo.commands.compile", "--config=configs/gpt.py:size=tiny",
+         f"--workdir={workdir}", *flags],
+        capture_output=True, text=True, env=process_env(), timeout=600)
+
+
+@needs_libtpu
+def test_the_compile_command_reports_memory_flops_and_collectives(tmp_path):
+    result = _compile_command(tmp_path, "--topology=v5e-4", f"--hlo={tmp_path / 'step.hlo'}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    assert "compiled lm for v5e-4 (4 x v5e" in out and "{'data': 4, 'fsdp': 1, 'tensor': 1}" in out
+    assert "per device: arguments" in out and "GiB HBM" in out
+    assert "executed (matmuls, remat included: HFU)" in out
+    assert "all-reduce" in out  # data parallel: the gradients
+    assert "ENTRY" in (tmp_path / "step.hlo").read_text()
+    assert "Traceback" not in result.stderr and "WARNING" not in result.stderr
+
+
+@needs_libtpu
+def test_a_step_too_big_for_the_chip_exits_1_naming_the_keys(tmp_path):
+    result = _compile_command(tmp_path, "--topology=v5e-1", "--config.data.batch_size=32768")
+    assert result.returncode == 1
+    [line] = [x for x in result.stderr.splitlines() if x.startswith("error:")]
+    assert "does not fit v5e-1" in line and "exceeds available HBM" in line
+    for key in ("config.data.batch_size=32768", "config.model.remat", "config.mesh.fsdp",
+                "config.data.seq_len"):
+        assert key in line
+    assert "Traceback" not in result.stderr
