@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import pytest
 
 from benchmarks import step as bench_step
-from tests.libtpu import HAS_LIBTPU, needs_libtpu
+from tests.libtpu import needs_libtpu
 from tests.process_env import process_env
 from zoo.errors import ConfigError
 from zoo.train import flops, partitioning, program, topologies
@@ -30,9 +30,16 @@ def test_slices_are_named_as_cloud_tpu_names_them(name, devices, shape, kind):
     tpu_slice = topologies.parse(name)
     assert (tpu_slice.devices, tpu_slice.shape) == (devices, shape)
     assert tpu_slice.chip.device_kind == kind
-    if HAS_LIBTPU and devices <= 64:
-        found = topologies.compile_only_devices(tpu_slice)
-        assert len(found) == devices and found[0].device_kind == kind
+
+
+@needs_libtpu
+@pytest.mark.parametrize("name, devices, kind", [
+    ("v4-32", 16, "TPU v4"), ("v5p-8", 4, "TPU v5"), ("v5e-1", 1, "TPU v5 lite"),
+    ("v5e-256", 256, "TPU v5 lite"), ("v6e-8", 8, "TPU v6 lite")])
+def test_libtpu_describes_each_slice(name, devices, kind):
+    found = topologies.compile_only_devices(topologies.parse(name))
+    assert len(found) == devices and {d.device_kind for d in found} == {kind}
+    assert len({d.id for d in found}) == devices
 
 
 @pytest.mark.parametrize("name, says", [

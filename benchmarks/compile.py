@@ -1,0 +1,184 @@
+"""Pod readiness from the real TPU compiler, run on this CPU (libtpu: the tpu extra).
+
+    python -m benchmarks.compile --readiness   # recipes x slices: fits, memory, FLOPs, comms
+    python -m benchmarks.compile --dry-run     # the dry run's memory estimate vs the compiler
+
+--readiness compiles each recipe's train step (the job config's model, optimizer, global batch
+and default mesh: data parallel over every chip) for each slice and records: whether it fits
+in HBM (the compiler's own verdict), per-device memory, the matmul FLOPs per step (executed,
+zoo.train.flops), the bytes each device sends per step (ring algorithms over the compiled
+program's collectives, zoo.train.collectives), and the time those bytes need at the chip's ICI
+bandwidth beside the compute time at 50% MFU (zoo.train.chips, with sources). What it cannot
+say: how much of the communication XLA overlaps with compute (the two times are the bounds of
+the question, not the answer), host input speed, or anything about a real run's MFU.
+
+--dry-run puts zoo.train.dry_run's per-device estimate beside the compiler's figure for BERT-base
+(seq 128, 512), BERT-large (512) and GPT-2 124M / 355M (1024) on data / FSDP / tensor / mixed
+layouts of v4-32 (16 chips, 32 GiB each).
+
+The jobs' tasks are benchmarks.step's (the real losses and models, random batches of the right
+shapes: no corpus to prepare). Writes compile_readiness.{jsonl,md} / compile_dry_run.{jsonl,md}
+under benchmarks/results/<machine>/ (the machine that ran the compiler; the figures are the
+TPU's), one JSON line per compile as it finishes.
+"""
+
+import argparse
+import json
+import os
+import time
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile for TPUs, run nothing on one
+
+from benchmarks import machine  # noqa: E402
+from benchmarks import step as bench_step  # noqa: E402
+from zoo.train import aot, dry_run, topologies  # noqa: E402
+
+GIB = 2.0**30
+# recipe -> (model, size, seq_len, global batch): configs/bert_pretrain.py's AdamW recipes,
+# GPT-2's 512 x 1024 tokens.
+RECIPES = {
+    "BERT-base phase 1": ("bert", "base", 128, 256),
+    "BERT-base phase 2": ("bert", "base", 512, 256),
+    "BERT-large phase 2": ("bert", "large", 512, 256),
+    "GPT-2 124M": ("gpt", "124M", 1024, 512),
+}
+SLICES = ("v4-8", "v4-32", "v5e-16", "v5e-256", "v5p-128")
+# The dry-run table: (model, size, seq_len, global batch) on v4-32's 16 devices.
+DRY_RUN_MODELS = (("bert", "base", 128, 256), ("bert", "base", 512, 64),
+                  ("bert", "large", 512, 64), ("gpt", "124M", 1024, 64),
+                  ("gpt", "355M", 1024, 32))
+# GPT-2's vocabulary (50,257) splits over no tensor axis: its tensor layouts shard the rest.
+LAYOUTS = {"data": (16, 1, 1), "fsdp": (1, 16, 1), "tensor": (4, 1, 4), "mixed": (2, 2, 4)}
+
+
+def _job(model: str, size: str, seq_len: int, batch: int, layout=(-1, 1, 1)):
+    config = bench_step.job_config(model, size, seq_len, batch, "bfloat16")
+    config.mesh.update(data=layout[0], fsdp=layout[1], tensor=layout[2])
+    if model == "gpt" and layout[2] > 1:
+        config.mesh.rules = [r for r in config.mesh.rules if r[0] not in ("vocab", "act_vocab")]
+        config.mesh.rules += [["vocab", None], ["act_vocab", None]]
+    return config, bench_step.make_task(model, config, bench_step.SIZES[model][size].vocab_size)
+
+
+def _compile(config, task, tpu_slice) -> dict:
+    try:
+        step = aot.compile_train_step(task, config, tpu_slice)
+    except aot.DoesNotFitError as e:
+        return {"fits": False, "error": str(e).split("the TPU compiler says: ")[-1]}
+    return {
+        "fits": step.fits, "compile_s": round(step.compile_seconds, 1),
+        "arguments_gib": step.argument_bytes / GIB, "outputs_gib": step.output_bytes / GIB,
+        "aliased_gib": step.alias_bytes / GIB, "temporaries_gib": step.temp_bytes / GIB,
+        "total_gib": step.total_bytes / GIB, "hbm_gib": step.hbm_bytes / GIB,
+        "executed_flops": step.executed_flops, "model_flops": step.model_flops,
+        "sent_mib": step.collective_bytes / 2**20,
+        "comm_ms": step.communication_seconds() * 1e3,
+        "compute_ms_at_50pct_mfu": step.compute_seconds(0.5) * 1e3,
+        "collectives": len(step.collectives),
+        "in_attention_loops": sum(c.inside("attention") for c in step.collectives),
+    }
+
+
+def readiness(out: str, recipes, slices) -> list[dict]:
+    rows = []
+    with open(os.path.join(out, "compile_readiness.jsonl"), "a") as jsonl:
+        for recipe in recipes:
+            model, size, seq_len, batch = RECIPES[recipe]
+            for name in slices:
+                config, task = _job(model, size, seq_len, batch)
+                tpu_slice = topologies.parse(name)
+                row = {"recipe": recipe, "slice": name, "devices": tpu_slice.devices,
+                       "seq_len": seq_len, "batch": batch, **_compile(config, task, tpu_slice)}
+                rows.append(row)
+                jsonl.write(json.dumps(row) + "\n")
+                jsonl.flush()
+                print(json.dumps(row), flush=True)
+    return rows
+
+
+def dry_run_table(out: str) -> list[dict]:
+    rows = []
+    tpu_slice = topologies.parse("v4-32")
+    devices = topologies.compile_only_devices(tpu_slice)
+    with open(os.path.join(out, "compile_dry_run.jsonl"), "a") as jsonl:
+        for model, size, seq_len, batch in DRY_RUN_MODELS:
+            for layout_name, layout in LAYOUTS.items():
+                config, task = _job(model, size, seq_len, batch, layout)
+                estimate = dry_run.report(config, "", lambda c, w, t=task: t, devices)
+                row = {"model": f"{model} {size}", "seq_len": seq_len, "batch": batch,
+                       "layout": layout_name, "mesh": list(layout),
+                       "dry_run_gib": estimate["total_bytes_per_device"] / GIB,
+                       **_compile(config, task, tpu_slice)}
+                if "total_gib" in row:
+                    row["ratio"] = row["dry_run_gib"] / row["total_gib"]
+                rows.append(row)
+                jsonl.write(json.dumps(row) + "\n")
+                jsonl.flush()
+                print(json.dumps(row), flush=True)
+    return rows
+
+
+def readiness_markdown(rows: list[dict]) -> str:
+    lines = ["| recipe | slice | fits | GiB per device (of HBM) | TFLOP per device per step | "
+             "MiB sent per device | comm ms at ICI | compute ms at 50% MFU |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "total_gib" not in r:
+            lines.append(f"| {r['recipe']} | {r['slice']} | **no**: {r['error']} | | | | | |")
+            continue
+        lines.append(
+            f"| {r['recipe']} | {r['slice']} | {'yes' if r['fits'] else '**no**'} | "
+            f"{r['total_gib']:.2f} ({r['hbm_gib']:.0f}) | {r['executed_flops'] / 1e12:.2f} | "
+            f"{r['sent_mib']:.0f} | {r['comm_ms']:.1f} | {r['compute_ms_at_50pct_mfu']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def dry_run_markdown(rows: list[dict]) -> str:
+    lines = ["| model | seq | batch | layout (data, fsdp, tensor) | dry run GiB | compiler GiB "
+             "| dry run / compiler |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        compiler = (f"{r['total_gib']:.2f}" if "total_gib" in r
+                    else f"does not fit: {r['error']}")
+        ratio = f"{r['ratio']:.2f}" if "ratio" in r else ""
+        lines.append(f"| {r['model']} | {r['seq_len']} | {r['batch']} | {r['layout']} "
+                     f"{tuple(r['mesh'])} | {r['dry_run_gib']:.2f} | {compiler} | {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
+def _latest(path: str, key: tuple[str, ...]) -> list[dict]:
+    rows = {}
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            rows[tuple(row[k] for k in key)] = row
+    return list(rows.values())
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--readiness", action="store_true")
+    parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--recipes", nargs="*", default=list(RECIPES))
+    parser.add_argument("--slices", nargs="*", default=list(SLICES))
+    parser.add_argument("--out", default=None, help="results directory")
+    args = parser.parse_args()
+    out = machine.results_dir(args.out)
+    began = time.time()
+    # Each table is written from every row its JSON lines hold (a later row of the same
+    # recipe and slice replaces an earlier one), so a grid may be run in parts.
+    if args.readiness:
+        readiness(out, args.recipes, args.slices)
+        rows = _latest(os.path.join(out, "compile_readiness.jsonl"), ("recipe", "slice"))
+        with open(os.path.join(out, "compile_readiness.md"), "w") as f:
+            f.write(readiness_markdown(rows))
+    if args.dry_run:
+        dry_run_table(out)
+        rows = _latest(os.path.join(out, "compile_dry_run.jsonl"),
+                       ("model", "seq_len", "layout"))
+        with open(os.path.join(out, "compile_dry_run.md"), "w") as f:
+            f.write(dry_run_markdown(rows))
+    print(f"done in {time.time() - began:.0f} s; results in {out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
