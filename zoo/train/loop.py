@@ -20,7 +20,7 @@ from jax.experimental import multihost_utils
 from zoo import paths
 from zoo.errors import ConfigError, MissingFileError, UserError
 from zoo.train import metrics as metrics_lib
-from zoo.train import checkpoint, dry_run, optim, partitioning, program, recipe, step
+from zoo.train import checkpoint, dry_run, flops, optim, partitioning, program, recipe, step
 from zoo.train.checkpoint import Checkpointer, MissingParamsError
 from zoo.train.state import TrainState
 
@@ -218,10 +218,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
         task.prepare(state.params)
     start, total = int(state.step), train_cfg.steps
     writer = metrics_lib.MetricsWriter(workdir, tensorboard=train_cfg.tensorboard)
+    peak = metrics_lib.peak_flops(setup.mesh.devices.flat, train_cfg.peak_flops)
     progress = metrics_lib.Progress(
-        total, start_step=start,
-        flops_per_token=task.flops_per_token(),
-        peak_flops=metrics_lib.peak_flops(setup.mesh.devices.flat, train_cfg.peak_flops),
+        total, start_step=start, flops_per_token=task.flops_per_token(), peak_flops=peak,
+        executed_flops_per_token=_executed_flops_per_token(setup, train_step) if peak else 0.0,
     )
     baselines = task.baselines()
     if jax.process_index() == 0:
@@ -292,6 +292,14 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
         paths.write_atomic(paths.join(workdir, "summary.json"),
                            json.dumps({"step": total, **summary, **baselines}, indent=2))
     return summary
+
+
+def _executed_flops_per_token(setup: Setup, train_step) -> float:
+    """The matmul FLOPs one step runs per token (HFU's numerator), from its jaxpr: one trace,
+    done only where a peak is known (an accelerator, or config.train.peak_flops)."""
+    with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
+        executed = flops.executed_flops(train_step, setup.state, setup.task.init_batch())
+    return executed / setup.task.tokens_per_batch()
 
 
 def _stop_if_told(done: int, step_metrics, train_cfg, checkpointer: Checkpointer,

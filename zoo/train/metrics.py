@@ -92,16 +92,25 @@ def peak_flops(devices, override: float = 0.0) -> float | None:
 
 
 class Progress:
-    """Console line per log interval: a bar, step, loss, tokens/s, MFU and ETA, measured
-    between calls (so compile time shows up only in the first interval)."""
+    """Console line per log interval: a bar, step, loss, tokens/s, MFU, HFU and ETA, measured
+    between calls (so compile time shows up only in the first interval).
+
+    MFU counts the model's FLOPs per token (the task's flops_per_token: 6N for the weights plus
+    attention, causal attention counted at half the full square as MaxText counts it) against
+    the devices' dense bf16 peak (zoo.train.chips); HFU counts what the step executes (its
+    matmuls from the jaxpr: recomputation by remat, and the full square an einsum computes for
+    causal attention, included; zoo.train.flops), so HFU >= MFU and the gap is recomputation.
+    """
 
     def __init__(self, total_steps: int, start_step: int = 0, flops_per_token: float = 0.0,
-                 peak_flops: float | None = None, stream=None):
+                 peak_flops: float | None = None, stream=None,
+                 executed_flops_per_token: float = 0.0):
         self.total = total_steps
         self._stream = stream
         self._last_time = time.perf_counter()
         self._last_step = start_step
         self._flops_per_token = flops_per_token
+        self._executed_flops_per_token = executed_flops_per_token
         self._peak = peak_flops
 
     def update(self, step: int, metrics: dict[str, float], tokens: float) -> dict[str, float]:
@@ -112,6 +121,8 @@ class Progress:
         rates = {"tokens_per_sec": tokens / elapsed, "steps_per_sec": steps / elapsed}
         if self._peak and self._flops_per_token:
             rates["mfu"] = rates["tokens_per_sec"] * self._flops_per_token / self._peak
+        if self._peak and self._executed_flops_per_token:
+            rates["hfu"] = rates["tokens_per_sec"] * self._executed_flops_per_token / self._peak
         eta = datetime.timedelta(seconds=int((self.total - step) * elapsed / steps))
         if jax.process_index() == 0:
             filled = int(20 * step / max(self.total, 1))
@@ -120,6 +131,7 @@ class Progress:
                 if k in ("loss", "accuracy", "lr") or (k in ("skipped_steps", "spike_skips") and v)
             )
             mfu = f" | MFU {rates['mfu']:.1%}" if "mfu" in rates else ""
+            mfu += f" (HFU {rates['hfu']:.1%})" if "hfu" in rates else ""
             print(
                 f"[{'#' * filled}{'.' * (20 - filled)}] step {step:>6}/{self.total} | {shown} | "
                 f"{rates['tokens_per_sec']:,.0f} tok/s{mfu} | ETA {eta}",
