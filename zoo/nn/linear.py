@@ -11,6 +11,8 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from zoo.nn.precision import broadcast_param, param_einsum
+
 Dtype = Any
 Initializer = Any
 
@@ -62,8 +64,9 @@ class Dense(nn.Module):
         batch = _letters(x.ndim - self.num_in, 0)
         ins = _letters(self.num_in, 12)
         outs = _letters(len(features), 20)
-        x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
-        y = jnp.einsum(f"{batch}{ins},{ins}{outs}->{batch}{outs}", x, kernel)
+        # In `dtype`; the kernel's and the bias's gradients are summed over the batch in float32
+        # (zoo.nn.precision), so a data-parallel step reduces them across devices in float32.
+        y = param_einsum(f"{batch}{ins},{ins}{outs}->{batch}{outs}", x, kernel, self.dtype)
         if self.use_bias:
             bias = self.param(
                 "bias",
@@ -71,7 +74,7 @@ class Dense(nn.Module):
                 features,
                 self.param_dtype,
             )
-            y = y + bias.astype(self.dtype)
+            y = y + broadcast_param(bias, y.shape, self.dtype)
         return y
 
 
