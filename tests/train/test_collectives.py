@@ -109,10 +109,11 @@ def test_no_collective_runs_inside_an_attention_loop():
 def test_the_tensor_check_fails_on_separate_qkv_projections(monkeypatch):
     """The audit can fail: q, k and v projected by three einsums (zoo before it fused them)
     leave three partial input gradients, which the partitioner all-reduces separately."""
-    from zoo.nn import attention
+    from zoo.nn import attention, precision
 
-    def separate(projections, x):
-        return [jax.numpy.einsum("btm,mhd->bthd", x, k) + b for k, b in projections]
+    def separate(projections, x, dtype):
+        return [precision.param_einsum("btm,mhd->bthd", x, k, dtype) + b.astype(dtype)
+                for k, b in projections]
 
     monkeypatch.setattr(attention, "_fused_qkv", separate)
     found, params, _ = _compile((1, 1, 8), jax.devices()[:8])

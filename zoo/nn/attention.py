@@ -35,6 +35,7 @@ from zoo.nn import attention_kernels
 from zoo.nn.blockwise_attention import blockwise_attention
 from zoo.nn.linear import Dense, default_kernel_init
 from zoo.nn.masks import MaskSpec, masked_softmax
+from zoo.nn.precision import broadcast_param, param_einsum
 
 Dtype = Any
 Initializer = Any
@@ -142,7 +143,7 @@ class MultiHeadAttention(nn.Module):
         if self_attention:
             query, key, value = _fused_qkv(
                 [proj(name=name)(inputs_q, params_only=True)
-                 for name in ("query", "key", "value")], inputs_q.astype(self.dtype))
+                 for name in ("query", "key", "value")], inputs_q, self.dtype)
         else:
             query = proj(name="query")(inputs_q)  # (B, T, H, D)
             key = proj(name="key")(inputs_kv)  # (B, S, H, D)
@@ -267,7 +268,7 @@ class MultiHeadAttention(nn.Module):
         return cached_key.value, cached_value.value, mask, None
 
 
-def _fused_qkv(projections, x):
+def _fused_qkv(projections, x, dtype):
     """q, k, v [B, T, H, D] of self-attention as one matmul with the three kernels side by side
     (the parameters stay `query`, `key`, `value`, as the reference checkpoints name them).
 
@@ -277,11 +278,12 @@ def _fused_qkv(projections, x):
     0.10.2: 2.25 activation-sized all-reduces per layer where Megatron's layout has one); one
     einsum leaves one, reduced once.
     """
-    kernel = jnp.stack([k for k, _ in projections], axis=1)  # (E, 3, H, D)
-    qkv = jnp.einsum("btm,mjhd->btjhd", x, kernel)  # (B, T, 3, H, D)
+    kernel = jnp.stack([k for k, _ in projections], axis=1)  # (E, 3, H, D), param dtype
+    # In `dtype`, the kernels' gradients summed in float32 as every Dense's (zoo.nn.precision).
+    qkv = param_einsum("btm,mjhd->btjhd", x, kernel, dtype)  # (B, T, 3, H, D)
     biases = [b for _, b in projections]
     if biases[0] is not None:
-        qkv = qkv + jnp.stack(biases)  # (3, H, D)
+        qkv = qkv + broadcast_param(jnp.stack(biases), qkv.shape, dtype)  # (3, H, D)
     return qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
 
 

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from zoo.errors import ConfigError
+from zoo.nn.precision import broadcast_param, param_einsum
 
 Dtype = Any
 Initializer = Any
@@ -157,7 +158,9 @@ class LearnedPositionalEmbedding(nn.Module):
         _check_positions("LearnedPositionalEmbedding", positions, batch, length)
         # Traced positions cannot be range-checked; like Embed, out-of-range ones are clamped.
         pe = jnp.take(table, positions, axis=0, mode="clip")  # (b or 1, t, d)
-        y = x.astype(self.dtype) + pe.astype(self.dtype)
+        # Broadcast over the batch before the cast: the table's gradient sums the batch in
+        # float32 (zoo.nn.precision).
+        y = x.astype(self.dtype) + broadcast_param(pe, x.shape, self.dtype)
         return nn.with_logical_constraint(y, ("act_batch", "act_len", "act_embed"))
 
 
@@ -201,9 +204,9 @@ class Embed(nn.Module):
 
     def attend(self, x: jnp.ndarray) -> jnp.ndarray:
         """Tied output projection: logits [..., vocab] = x [..., features] @ E^T, in dtype."""
-        logits = jnp.einsum(
-            "...d,vd->...v", x.astype(self.dtype), self.embedding.astype(self.dtype)
-        )
+        # The table's gradient from here is summed over every position in float32
+        # (zoo.nn.precision), as the lookup's already is.
+        logits = param_einsum("...d,vd->...v", x, self.embedding, self.dtype)
         if logits.ndim == 3:
             logits = nn.with_logical_constraint(logits, ("act_batch", "act_len", "act_vocab"))
         return logits

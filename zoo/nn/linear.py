@@ -11,6 +11,8 @@ from typing import Any
 import flax.linen as nn
 import jax.numpy as jnp
 
+from zoo.nn.precision import broadcast_param, param_einsum
+
 Dtype = Any
 Initializer = Any
 
@@ -42,8 +44,9 @@ class Dense(nn.Module):
 
     @nn.compact
     def __call__(self, x: jnp.ndarray, params_only: bool = False):
-        """x W + b; with params_only, (W, b or None) in the compute dtype instead, created for
-        an input like `x` (for a caller that applies several projections as one matmul)."""
+        """x W + b; with params_only, the parameters (W, b or None, in param_dtype) instead,
+        created for an input like `x` (for a caller that applies several projections as one
+        matmul, through zoo.nn.precision as here)."""
         features = (self.features,) if isinstance(self.features, int) else tuple(self.features)
         in_shape = x.shape[-self.num_in :]
         if len(self.kernel_axes) != self.num_in + len(features):
@@ -68,15 +71,16 @@ class Dense(nn.Module):
                 nn.with_logical_partitioning(self.bias_init, tuple(self.kernel_axes[self.num_in :])),
                 features,
                 self.param_dtype,
-            ).astype(self.dtype)
-        kernel = kernel.astype(self.dtype)
+            )
         if params_only:
             return kernel, bias
         batch = _letters(x.ndim - self.num_in, 0)
         ins = _letters(self.num_in, 12)
         outs = _letters(len(features), 20)
-        y = jnp.einsum(f"{batch}{ins},{ins}{outs}->{batch}{outs}", x.astype(self.dtype), kernel)
-        return y if bias is None else y + bias
+        # In `dtype`; the kernel's and the bias's gradients are summed over the batch in float32
+        # (zoo.nn.precision), so a data-parallel step reduces them across devices in float32.
+        y = param_einsum(f"{batch}{ins},{ins}{outs}->{batch}{outs}", x, kernel, self.dtype)
+        return y if bias is None else y + broadcast_param(bias, y.shape, self.dtype)
 
 
 def _flat_kernel_init(init: Initializer, num_in: int) -> Initializer:
