@@ -2,6 +2,7 @@
 
     python -m benchmarks.compile --readiness   # recipes x slices: fits, memory, FLOPs, comms
     python -m benchmarks.compile --dry-run     # the dry run's memory estimate vs the compiler
+    python -m benchmarks.compile --estimates   # the same table's estimates again, no compiles
 
 --readiness compiles each recipe's train step (the job config's model, optimizer, global batch
 and default mesh: data parallel over every chip) for each slice and records: whether it fits
@@ -118,6 +119,22 @@ def dry_run_table(out: str) -> list[dict]:
     return rows
 
 
+def refresh_estimates(out: str) -> None:
+    """The dry run's estimates of compile_dry_run.jsonl's rows again, from the code as it is now
+    (nothing is compiled: the compiler's figures stay as measured)."""
+    path = os.path.join(out, "compile_dry_run.jsonl")
+    devices = topologies.compile_only_devices(topologies.parse("v4-32"))
+    rows = _latest(path, ("model", "seq_len", "layout"))
+    for row in rows:
+        model, size = row["model"].split()
+        config, task = _job(model, size, row["seq_len"], row["batch"], tuple(row["mesh"]))
+        estimate = dry_run.report(config, "", lambda c, w, t=task: t, devices)
+        row["dry_run_gib"] = estimate["total_bytes_per_device"] / GIB
+        if "total_gib" in row:
+            row["ratio"] = row["dry_run_gib"] / row["total_gib"]
+    machine.write_jsonl(path, rows)
+
+
 def readiness_markdown(rows: list[dict]) -> str:
     lines = ["| recipe | slice | fits | GiB per device (of HBM) | TFLOP per device per step | "
              "MiB sent per device | comm ms at ICI | compute ms at 50% MFU |",
@@ -158,6 +175,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--readiness", action="store_true")
     parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--estimates", action="store_true",
+                        help="recompute the dry-run table's estimates only (no compiles)")
     parser.add_argument("--recipes", nargs="*", default=list(RECIPES))
     parser.add_argument("--slices", nargs="*", default=list(SLICES))
     parser.add_argument("--out", default=None, help="results directory")
@@ -171,8 +190,11 @@ def main():
         rows = _latest(os.path.join(out, "compile_readiness.jsonl"), ("recipe", "slice"))
         with open(os.path.join(out, "compile_readiness.md"), "w") as f:
             f.write(readiness_markdown(rows))
-    if args.dry_run:
-        dry_run_table(out)
+    if args.estimates:
+        refresh_estimates(out)
+    if args.dry_run or args.estimates:
+        if args.dry_run:
+            dry_run_table(out)
         rows = _latest(os.path.join(out, "compile_dry_run.jsonl"),
                        ("model", "seq_len", "layout"))
         with open(os.path.join(out, "compile_dry_run.md"), "w") as f:
