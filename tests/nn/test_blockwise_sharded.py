@@ -22,7 +22,7 @@ B, T, WIDTH, HEADS, BLOCK = 8, 32, 32, 4, 8  # four blocks per sequence, one row
 
 def _segments():
     """[8, 32] packed documents and trailing padding, different in every row: rows 0-3 end in
-    a whole block (8+) of padding, rows 4-7 are full; documents of 3 to 17 tokens."""
+    a whole block (8+) of padding, rows 4-7 are full; documents of 1 to 31 tokens."""
     rows = []
     for r in range(B):
         lengths = [[17, 7], [5, 9, 6], [12, 12], [3, 13, 8], [20, 12], [8, 8, 8, 8],
@@ -96,7 +96,7 @@ def _qkv(seed, batch=B, heads=HEADS, dim=8):
     return tuple(rng.normal(size=shape).astype(np.float32) for _ in range(4))  # q, k, v, d_out
 
 
-def _bare_step(spec, dense=None, bias=None, rate=0.0):
+def _bare_step(dense=None, rate=0.0):
     """jit(value and gradients) of the bare function: out, and d(q, k, v, bias) of
     sum(out * d_out)."""
     def loss(q, k, v, bias, d_out, spec, rng):
@@ -132,7 +132,7 @@ def test_bare_function_sharded_equals_one_device_with_mask_bias_and_dropout(data
     rng = np.random.default_rng(2)
     dense = rng.random((B, 1, T, T)) < 0.8
     bias = rng.normal(size=(1, HEADS, T, T)).astype(np.float32)
-    step = _bare_step(spec, dense=dense, rate=0.3)
+    step = _bare_step(dense=dense, rate=0.3)
     key = jax.random.key(5)
     (_, single), single_grads = step(q, k, v, bias, d_out, spec, key)
     ((_, sharded), sharded_grads), text = _on_mesh(_mesh(data, tensor), step, q, k, v, bias,
@@ -141,7 +141,7 @@ def test_bare_function_sharded_equals_one_device_with_mask_bias_and_dropout(data
     for name, got, want in zip(("dq", "dk", "dv", "dbias"), sharded_grads, single_grads):
         assert_close(got, want, 1e-5, err_msg=name)
     # Dropout really acted (else the sharded == single check of it would be empty).
-    (_, undropped), _ = _bare_step(spec, dense=dense)(q, k, v, bias, d_out, spec, key)
+    (_, undropped), _ = _bare_step(dense=dense)(q, k, v, bias, d_out, spec, key)
     assert not np.allclose(np.asarray(single), np.asarray(undropped))
     looped = [c for c in collectives(text) if c.loops]
     assert not looped, [(c.kind, c.op_name) for c in looped]
@@ -184,7 +184,7 @@ def test_each_device_skips_the_blocks_its_own_rows_do_not_need(data, tensor):
                                               packed=True)
         key_blocks = {j for _, j in bw.block_pairs(device_spec, T, T, BLOCK, BLOCK)}
         assert (3 in key_blocks) == (first >= 4)
-    step = _bare_step(spec)
+    step = _bare_step()
     bias = np.zeros((1, 1, 1, 1), np.float32)
     (_, single), (single_dq, *_) = step(q, k, v, bias, d_out, spec, None)
     assert np.isnan(np.asarray(single)[:4]).any() and np.isnan(np.asarray(single_dq)[:4]).any()
@@ -205,7 +205,7 @@ def test_each_device_skips_the_blocks_its_own_rows_do_not_need(data, tensor):
 def test_layouts_without_an_even_split_fall_back_to_xla_and_stay_correct(heads, rules):
     q, k, v, d_out = _qkv(seed=4, heads=heads)
     spec = MaskSpec.self_attention(SEGMENTS, packed=True)
-    step = _bare_step(spec)
+    step = _bare_step()
     bias = np.zeros((1, 1, 1, 1), np.float32)
     (_, single), single_grads = step(q, k, v, bias, d_out, spec, None)
     (_, sharded), grads = _on_mesh(_mesh(4, 2), step, q, k, v, bias, d_out, spec, None,
