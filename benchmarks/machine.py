@@ -9,11 +9,13 @@ compiled program) of the same jitted function, plus the allocator's peak where t
 one (GPU/TPU; the CPU backend does not, so there the compiled program's buffers stand for it).
 """
 
+import importlib.util
 import json
 import os
 import platform
 import re
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -124,3 +126,28 @@ def write_jsonl(path: str, records: Iterable[dict]) -> None:
     with open(path, "w") as f:
         for record in records:
             f.write(json.dumps(record) + "\n")
+
+
+def zoo_commit() -> str:
+    """The short commit of the zoo checkout being measured, '+uncommitted zoo/ changes' when
+    its zoo/ differs from it ('unknown' outside git)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        run = lambda *cmd: subprocess.run(["git", "-C", root, *cmd], check=True,
+                                          capture_output=True, text=True).stdout.strip()
+        sha, dirty = run("rev-parse", "--short", "HEAD"), run("status", "--porcelain", "zoo")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return sha + ("+uncommitted zoo/ changes" if dirty else "")
+
+
+def load_module_file(path: str, name: str):
+    """The Python file `path` (e.g. another commit's version of a zoo module, from `git show`)
+    imported as a module of its own named `name`, to measure beside the current one; its
+    imports resolve to this checkout's modules."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise FileNotFoundError(f"load_module_file: cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -136,7 +136,7 @@ def test_bfloat16_inputs_stay_close_to_float32():
 def test_dropout_keeps_each_weight_independently_and_its_gradient_is_exact():
     """The blocks' keep masks, redrawn here exactly as the kernel draws them, give the float64
     reference with dropout; the kept fraction is 1 - rate."""
-    q, k, v, d_out = _case(seed=9, batch=1, q_len=24, k_len=24, heads=2)
+    q, k, v, d_out = _case(seed=9, batch=2, q_len=24, k_len=24, heads=2)
     rate, block, rng = 0.25, 8, jax.random.key(3)
     spec = MaskSpec.self_attention(causal=True)
     f = lambda q, k, v: bw.blockwise_attention(q, k, v, spec=spec, dropout_rate=rate,
@@ -144,12 +144,15 @@ def test_dropout_keeps_each_weight_independently_and_its_gradient_is_exact():
     out, vjp = jax.vjp(jax.jit(f), q, k, v)
     grads = vjp(jnp.asarray(d_out))
     nb = 24 // block
-    keep = np.zeros((1, 2, 24, 24), bool)
+    keep = np.zeros((2, 2, 24, 24), bool)
     for i in range(nb):
         for j in range(nb):
             block_key = jax.random.fold_in(rng, i * nb + j)
-            keep[..., i * block:(i + 1) * block, j * block:(j + 1) * block] = np.asarray(
-                jax.random.bernoulli(block_key, 1 - rate, (1, 2, block, block)))
+            for row in range(2):
+                for head in range(2):  # one key per (block, batch row, head)
+                    row_head = jax.random.fold_in(jax.random.fold_in(block_key, row), head)
+                    keep[row, head, i * block:(i + 1) * block, j * block:(j + 1) * block] = (
+                        np.asarray(jax.random.bernoulli(row_head, 1 - rate, (block, block))))
     want = _reference(q, k, v, np.asarray(spec.dense(24, 24)), None, d_out, keep, rate)
     for name, got, ref in zip(("out", "dq", "dk", "dv"), (out,) + grads, want):
         assert_close(got, ref, 1e-4, err_msg=name)

@@ -6,7 +6,9 @@ Interchangeable backends compute the same function:
   weights, so it is the path that can return them or sow them. Memory O(q k).
 * "blockwise": exact attention over key/value blocks with an online softmax and a recomputing
   backward pass (zoo.nn.blockwise_attention): memory O(q + k), pure JAX, every device; every
-  mask kind, bias and attention dropout.
+  mask kind, bias and attention dropout. On a mesh it runs per device (shard_map over the
+  batch rows and heads the logical rules split), so each device skips blocks on its own rows
+  and its block loops hold no collective.
 * "dot_product": `jax.nn.dot_product_attention` with JAX's default implementation (XLA).
 * "cudnn", "pallas_gpu", "splash": the accelerator kernels jax ships (cuDNN's fused attention
   and Pallas flash attention on GPU, Splash attention on TPU; zoo.nn.attention_kernels says

@@ -23,17 +23,35 @@ computed per query block), and blocks whose segment ranges do not meet are skipp
 bias gets its gradient), for short inputs and relative position biases.
 
 Attention dropout keeps each weight with probability 1 - rate, independently, as the einsum
-backend does (the same distribution; the samples differ: they are drawn per block, from the
-dropout key folded with the block's indices, and redrawn identically in the backward pass).
+backend does (the same distribution; the samples differ: they are drawn per block, batch row
+and head, from the dropout key folded with the block's indices and then the row's and head's
+positions in the whole batch, and redrawn identically in the backward pass). Because a sample
+depends on where its row and head sit in the whole batch, not on which device holds them, a
+sharded call drops out exactly what one device would.
+
+On a mesh (under `jax.set_mesh` and Flax's logical axis rules, as MultiHeadAttention runs) the
+whole computation runs under `jax.shard_map`, each device on its own batch rows and heads as the
+activations' logical axes (act_batch, act_heads) shard them. Which blocks to visit is then a
+per-device decision: the segment test reduces over this device's rows only, and the `lax.cond`
+needs no cross-device vote. Left to XLA's partitioner instead, that test is an `any` over the
+sharded batch, so every (query block, key block) step of both loops ran an all-reduce of one
+bool across the data-parallel devices (issue 28), and one padded row anywhere in the global
+batch kept a block alive for all rows. Where the split cannot be per device (act_len sharded,
+batch or heads not divisible by their mesh axes, an axis already manual) the call is left to
+XLA's partitioner as before: correct, with those collectives.
 """
 
 import dataclasses
 import functools
+import math
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.sharding import PartitionSpec
 
+from zoo.nn.attention_kernels import QKV_AXES
 from zoo.nn.masks import MaskSpec, block_mask
 
 _NEG = float(jnp.finfo(jnp.float32).min)  # a masked logit: finite, so exp(NEG - NEG) is no NaN
@@ -97,16 +115,81 @@ def blockwise_attention(query, key, value, *, spec: MaskSpec | None = None, mask
     mask = None if mask is None else _as_4d(jnp.asarray(mask), "mask")
     bias = None if bias is None else _as_4d(jnp.asarray(bias, jnp.float32), "bias")
     rng = dropout_rng if dropout_rate else None
-    out = _attention(static, query, key, value, spec.query_segments, spec.k_segments, mask,
-                     bias, rng)
+    out = _per_device(static, query, key, value, spec.query_segments, spec.k_segments, mask,
+                      bias, rng)
     return out.astype(value.dtype)
+
+
+def _per_device(static: _Static, query, key, value, q_seg, k_seg, mask, bias, rng):
+    """_attention on each device's batch rows and heads (shard_map) when the mesh in context
+    splits them evenly; on the whole arrays (XLA partitions it) otherwise."""
+    batch, heads = query.shape[0], query.shape[2]
+    layout = _device_layout(batch, heads)
+    if layout is None:
+        rng = None if rng is None else (rng, jnp.zeros((2,), jnp.int32))  # rows, heads from 0
+        return _attention(static, query, key, value, q_seg, k_seg, mask, bias, rng)
+    mesh, row_axes, head_axes = layout
+
+    def local(query, key, value, q_seg, k_seg, mask, bias, rng):
+        if rng is not None:
+            # This device's first batch row and head in the whole arrays: dropout samples are
+            # drawn per global (row, head), so the split does not change them.
+            first = [jnp.int32(0) if axes is None else lax.axis_index(axes) * n
+                     for axes, n in ((row_axes, query.shape[0]), (head_axes, query.shape[2]))]
+            rng = (rng, jnp.stack(first).astype(jnp.int32))
+        return _attention(static, query, key, value, q_seg, k_seg, mask, bias, rng)
+
+    qkv = PartitionSpec(row_axes, None, head_axes, None)
+    segments = lambda x: None if x is None else PartitionSpec(
+        row_axes if x.shape[0] == batch else None, None)
+    # A mask / bias may broadcast over batch or heads (size 1): split only full-size dims.
+    # A broadcast bias's gradient is summed over the devices by shard_map's transpose (a psum
+    # after the loops, once per call).
+    dense = lambda x: None if x is None else PartitionSpec(
+        row_axes if x.shape[0] == batch else None,
+        head_axes if x.shape[1] == heads else None, None, None)
+    in_specs = (qkv, qkv, qkv, segments(q_seg), segments(k_seg), dense(mask), dense(bias),
+                None if rng is None else PartitionSpec())
+    # check_vma=False: the loops' carries start from constants (replicated) and become
+    # per-device, which the varying-axes check would need a pcast at every cond and loop for;
+    # the body has no collective to check, and without the check shard_map's transpose sums a
+    # replicated input's cotangent over the devices itself.
+    return jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=qkv, check_vma=False)(
+        query, key, value, q_seg, k_seg, mask, bias, rng)
+
+
+def _device_layout(batch: int, heads: int):
+    """(mesh, batch-row axes, head axes) for running per device, or None to leave the call to
+    XLA: no mesh of several devices in context, no rule splitting act_batch or act_heads,
+    act_len / act_kv split (a sequence split needs every key on every device: ring attention,
+    not this), a size that does not divide (shard_map splits evenly only; padding heads or
+    replicating the batch would cost more compute than the per-block votes it saves), or an
+    axis already manual (inside another shard_map)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or mesh.size == 1:
+        return None
+    if any(t == jax.sharding.AxisType.Manual for t in mesh.axis_types):
+        return None
+    row_axes, length, head_axes, kv = nn.logical_to_mesh_axes(QKV_AXES)
+    if length is not None or kv is not None or (row_axes is None and head_axes is None):
+        return None
+    as_tuple = lambda axes: () if axes is None else (axes,) if isinstance(axes, str) else axes
+    named = as_tuple(row_axes) + as_tuple(head_axes)
+    if not all(isinstance(a, str) and a in mesh.axis_names for a in named):
+        return None
+    size = lambda axes: math.prod(mesh.shape[a] for a in as_tuple(axes))
+    if batch % size(row_axes) or heads % size(head_axes):
+        return None
+    return mesh, row_axes, head_axes
 
 
 def block_pairs(spec: MaskSpec | None, q_len: int, k_len: int, block_q: int = 512,
                 block_k: int = 512) -> list[tuple[int, int]]:
     """The (query block, key block) pairs `blockwise_attention` computes for `spec`, in order:
     what its causal / window loop bounds and segment skipping leave of the full grid (for
-    tests and the benchmark's FLOP counts)."""
+    tests and the benchmark's FLOP counts). A pair is kept when any batch row of `spec` needs
+    it; on a mesh each device decides on its own rows, so a device computes block_pairs of its
+    rows' segments."""
     spec = spec if spec is not None else MaskSpec()
     static = _Static(q_len, k_len, min(block_q, q_len), min(block_k, k_len), spec.window_bounds,
                      1.0, 0.0)
@@ -123,6 +206,7 @@ def block_pairs(spec: MaskSpec | None, q_len: int, k_len: int, block_q: int = 51
 # ---- the forward and backward passes --------------------------------------------------------
 
 
+# rng: None (no dropout) or (dropout key, int32 [first batch row, first head] of these inputs).
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _attention(static, query, key, value, q_seg, k_seg, mask, bias, rng):
     return _forward(static, query, key, value, q_seg, k_seg, mask, bias, rng)[0]
@@ -286,12 +370,20 @@ class _Blocks:
         return s, jnp.broadcast_to(keep, s.shape)
 
     def dropped(self, x, i, j):
-        """x with attention dropout applied (the keep mask of block (i, j), scaled)."""
+        """x (B, H, bq, bk) with attention dropout applied (the keep mask of block (i, j),
+        scaled)."""
         if self.rng is None:
             return x
         rate = self.static.dropout_rate
-        block_key = jax.random.fold_in(self.rng, i * self.static.num_k + j)
-        keep = jax.random.bernoulli(block_key, 1.0 - rate, x.shape)
+        key, first = self.rng  # first: (2,) int32, these rows' and heads' offsets in the batch
+        block_key = jax.random.fold_in(key, i * self.static.num_k + j)
+        # One key per (global row, global head): the same samples whichever device holds them.
+        rows = first[0] + jnp.arange(x.shape[0])
+        heads = first[1] + jnp.arange(x.shape[1])
+        fold = jax.vmap(jax.random.fold_in, in_axes=(None, 0))
+        keys = jax.vmap(fold, in_axes=(0, None))(fold(block_key, rows), heads)  # (B, H)
+        draw = lambda k: jax.random.bernoulli(k, 1.0 - rate, x.shape[2:])  # (bq, bk)
+        keep = jax.vmap(jax.vmap(draw))(keys)  # (B, H, bq, bk)
         return jnp.where(keep, x / (1.0 - rate), 0.0)
 
     def add_bias_grad(self, dbias, ds, i, j):
@@ -336,7 +428,10 @@ class _Schedule:
         return lo, hi
 
     def needed(self, i, j):
-        """False when no batch row has a query of block i and a key of block j in one segment."""
+        """False when no batch row has a query of block i and a key of block j in one segment.
+        The `any` is over the rows this call holds: on a mesh, run per device (_per_device),
+        that is a local reduction; over a sharded batch, XLA would make it an all-reduce in
+        every loop step."""
         if self.ranges is None:
             return jnp.bool_(True)
         k_any, k_lo, k_hi, q_any, q_lo, q_hi = self.ranges
