@@ -139,6 +139,8 @@ def test_the_tpu_compiler_sends_what_first_principles_say(layout):
     else:
         CHECKS[layout](found, params, fsdp_sharded)
     assert not [c for c in found if c.inside("attention")]
+    # Every loop's trip count is read (the TPU compiler prints none; see collectives.py).
+    assert all(loop.trip_count for c in found for loop in c.loops)
 
 
 def test_trip_counts_and_bytes_of_a_loop_of_collectives():
@@ -191,6 +193,17 @@ ENTRY %main (a: f32[256,128]) -> f32[256,128] {
   ROOT %out = f32[256,128]{1,0} get-tuple-element(%while.1), index=1
 }
 """
+
+
+def test_loops_the_compiler_made_are_not_the_programs():
+    windowed = collectives.Loop(
+        "jit(train_step)/jvp(BertForPreTraining)/bert/encoder/while/body/closed_call/layers/"
+        "self_attention/btm,mjhd->btjhd/dot_general", 8)
+    layers = collectives.Loop("jit(train_step)/jvp(BertForPreTraining)/bert/encoder/while", 12)
+    assert windowed.made_by_compiler and not layers.made_by_compiler
+    permute = collectives.Collective("collective-permute", "bf16", ((48, 64),), 6144, 2, "",
+                                     "", (layers, windowed), "cp")
+    assert permute.executions == 96 and not permute.inside("attention")
 
 
 def test_the_tpu_compilers_loops_and_fused_reduce_scatter_are_read():

@@ -44,6 +44,14 @@ class Loop:
     op_name: str
     trip_count: int | None  # None: XLA could not prove a constant trip count
 
+    @property
+    def made_by_compiler(self) -> bool:
+        """A loop XLA made out of one op, not one of the program's (a scan or fori_loop traces
+        to an op named '.../while'): e.g. the TPU compiler's windowed einsum, which splits an
+        FSDP matmul's all-gather into steps of collective-permutes overlapped with the
+        matmul's pieces, named after that dot_general."""
+        return not self.op_name.endswith("while")
+
 
 @dataclasses.dataclass(frozen=True)
 class Collective:
@@ -75,9 +83,10 @@ class Collective:
         return factor * (n - 1) / n * self.bytes if n > 1 else 0.0
 
     def inside(self, scope: str) -> bool:
-        """Whether a loop around it comes from an op whose name contains `scope` (e.g. the
-        'attention' module's own loops, as opposed to the layer scan that holds them)."""
-        return any(scope in loop.op_name for loop in self.loops)
+        """Whether one of the program's loops around it comes from an op whose name contains
+        `scope` (e.g. the 'attention' module's own block loops, as opposed to the layer scan
+        that holds them; loops the compiler made out of one matmul do not count)."""
+        return any(scope in loop.op_name for loop in self.loops if not loop.made_by_compiler)
 
 
 def _array_shapes(type_text: str) -> list[tuple[str, tuple[int, ...]]]:
@@ -113,7 +122,7 @@ def _trip_count(while_line: str, computations: dict[str, list[str]]) -> int | No
     condition = re.search(r"\bcondition=%([\w.\-]+)", while_line)
     lines = computations.get(condition.group(1), []) if condition else []
     bounds = [int(m.group(1)) for text in lines
-              for m in [re.search(r"= s32\[\][^ ]* constant\((\d+)\)", text)] if m]
+              for m in [re.search(r"= [su]32\[\][^ ]* constant\((\d+)\)", text)] if m]
     root = next((text for text in lines if text.lstrip().startswith("ROOT")), "")
     if len(bounds) == 1 and " compare(" in root and "direction=LT" in root:
         return bounds[0]
