@@ -2,7 +2,7 @@
 
     python -m benchmarks.compile --readiness   # recipes x slices: fits, memory, FLOPs, comms
     python -m benchmarks.compile --dry-run     # the dry run's memory estimate vs the compiler
-    python -m benchmarks.compile --estimates   # the same table's estimates again, no compiles
+    python -m benchmarks.compile --refresh     # both tables' shape-only figures again, no compiles
 
 --readiness compiles each recipe's train step (the job config's model, optimizer, global batch
 and default mesh: data parallel over every chip) for each slice and records: whether it fits
@@ -26,22 +26,25 @@ TPU's), one JSON line per compile as it finishes.
 import argparse
 import json
 import os
+import re
 import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile for TPUs, run nothing on one
 
 from benchmarks import machine  # noqa: E402
 from benchmarks import step as bench_step  # noqa: E402
-from zoo.train import aot, dry_run, topologies  # noqa: E402
+from zoo.train import aot, dry_run, flops, partitioning, program, topologies  # noqa: E402
 
 GIB = 2.0**30
-# recipe -> (model, size, seq_len, global batch): configs/bert_pretrain.py's AdamW recipes,
-# GPT-2's 512 x 1024 tokens.
+# recipe -> (model, size, seq_len, global batch[, model overrides]): configs/bert_pretrain.py's
+# AdamW recipes, GPT-2's 512 x 1024 tokens (also with every layer recomputed: what the table
+# says to try where it does not fit).
 RECIPES = {
     "BERT-base phase 1": ("bert", "base", 128, 256),
     "BERT-base phase 2": ("bert", "base", 512, 256),
     "BERT-large phase 2": ("bert", "large", 512, 256),
     "GPT-2 124M": ("gpt", "124M", 1024, 512),
+    "GPT-2 124M, remat=full": ("gpt", "124M", 1024, 512, {"remat": "full"}),
 }
 SLICES = ("v4-8", "v4-32", "v5e-16", "v5e-256", "v5p-128")
 # The dry-run table: (model, size, seq_len, global batch) on v4-32's 16 devices.
@@ -53,8 +56,9 @@ DRY_RUN_MODELS = (("bert", "base", 128, 256), ("bert", "base", 512, 64),
 LAYOUTS = {"data": (16, 1, 1), "fsdp": (1, 16, 1), "tensor": (4, 1, 4), "mixed": (2, 2, 4)}
 
 
-def _job(model: str, size: str, seq_len: int, batch: int, layout=(-1, 1, 1)):
+def _job(model: str, size: str, seq_len: int, batch: int, overrides=None, layout=(-1, 1, 1)):
     config = bench_step.job_config(model, size, seq_len, batch, "bfloat16")
+    config.model.update(overrides or {})
     config.mesh.update(data=layout[0], fsdp=layout[1], tensor=layout[2])
     if layout[2] > 1:
         config.mesh.rules = [r for r in config.mesh.rules if r[0] not in ("vocab", "act_vocab")]
@@ -85,9 +89,9 @@ def readiness(out: str, recipes, slices) -> list[dict]:
     rows = []
     with open(os.path.join(out, "compile_readiness.jsonl"), "a") as jsonl:
         for recipe in recipes:
-            model, size, seq_len, batch = RECIPES[recipe]
+            model, size, seq_len, batch, *overrides = RECIPES[recipe]
             for name in slices:
-                config, task = _job(model, size, seq_len, batch)
+                config, task = _job(model, size, seq_len, batch, *overrides)
                 tpu_slice = topologies.parse(name)
                 row = {"recipe": recipe, "slice": name, "devices": tpu_slice.devices,
                        "seq_len": seq_len, "batch": batch, **_compile(config, task, tpu_slice)}
@@ -105,7 +109,7 @@ def dry_run_table(out: str) -> list[dict]:
     with open(os.path.join(out, "compile_dry_run.jsonl"), "a") as jsonl:
         for model, size, seq_len, batch in DRY_RUN_MODELS:
             for layout_name, layout in LAYOUTS.items():
-                config, task = _job(model, size, seq_len, batch, layout)
+                config, task = _job(model, size, seq_len, batch, layout=layout)
                 estimate = dry_run.report(config, "", lambda c, w, t=task: t, devices)
                 row = {"model": f"{model} {size}", "seq_len": seq_len, "batch": batch,
                        "layout": layout_name, "mesh": list(layout),
@@ -120,34 +124,65 @@ def dry_run_table(out: str) -> list[dict]:
     return rows
 
 
-def refresh_estimates(out: str) -> None:
-    """The dry run's estimates of compile_dry_run.jsonl's rows again, from the code as it is now
-    (nothing is compiled: the compiler's figures stay as measured)."""
+def _executed_flops(config, task, devices) -> float:
+    """zoo.train.flops' count for the step on `devices`, per device (shapes only)."""
+    mesh = partitioning.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor,
+                                  devices=devices)
+    train_step, args = program.abstract_train_step(task, config, mesh)
+    with program.lowering_context(config, mesh):
+        return flops.executed_flops(train_step, *args) / mesh.size
+
+
+def refresh(out: str) -> None:
+    """The shape-only figures of both tables' rows again, from the code as it is now: the dry
+    run's estimate and the executed FLOPs (nothing is compiled: the compiler's figures stay as
+    measured)."""
     path = os.path.join(out, "compile_dry_run.jsonl")
-    devices = topologies.compile_only_devices(topologies.parse("v4-32"))
-    rows = _latest(path, ("model", "seq_len", "layout"))
-    for row in rows:
-        model, size = row["model"].split()
-        config, task = _job(model, size, row["seq_len"], row["batch"], tuple(row["mesh"]))
-        estimate = dry_run.report(config, "", lambda c, w, t=task: t, devices)
-        row["dry_run_gib"] = estimate["total_bytes_per_device"] / GIB
-        if "total_gib" in row:
-            row["ratio"] = row["dry_run_gib"] / row["total_gib"]
-    machine.write_jsonl(path, rows)
+    if os.path.exists(path):
+        devices = topologies.compile_only_devices(topologies.parse("v4-32"))
+        rows = _latest(path, ("model", "seq_len", "layout"))
+        for row in rows:
+            model, size = row["model"].split()
+            config, task = _job(model, size, row["seq_len"], row["batch"],
+                                layout=tuple(row["mesh"]))
+            estimate = dry_run.report(config, "", lambda c, w, t=task: t, devices)
+            row["dry_run_gib"] = estimate["total_bytes_per_device"] / GIB
+            if "total_gib" in row:
+                row["ratio"] = row["dry_run_gib"] / row["total_gib"]
+                row["executed_flops"] = _executed_flops(config, task, devices)
+        machine.write_jsonl(path, rows)
+    path = os.path.join(out, "compile_readiness.jsonl")
+    if os.path.exists(path):
+        rows = _latest(path, ("recipe", "slice"))
+        for row in rows:
+            if "total_gib" in row:
+                config, task = _job(*RECIPES[row["recipe"]])
+                devices = topologies.compile_only_devices(topologies.parse(row["slice"]))
+                row["executed_flops"] = _executed_flops(config, task, devices)
+        machine.write_jsonl(path, rows)
+
+
+def _no(row: dict) -> str:
+    """A row that did not fit, in a few words: the compiler's need against the HBM it has."""
+    need = re.search(r"\(([\d.]+)G\) exceeds available HBM \(([\d.]+)G\)", row["error"])
+    return (f"**no**: needs {need.group(1)} GB of {need.group(2)}" if need
+            else f"**no**: {row['error'][:80]}")
 
 
 def readiness_markdown(rows: list[dict]) -> str:
-    lines = ["| recipe | slice | fits | GiB per device (of HBM) | TFLOP per device per step | "
-             "MiB sent per device | comm ms at ICI | compute ms at 50% MFU |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| recipe | slice | fits | GiB per device (HBM) | TFLOP per device per step | "
+             "MiB sent per device | comm ms at ICI | compute ms at 50% MFU | comm / compute |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "total_gib" not in r:
-            lines.append(f"| {r['recipe']} | {r['slice']} | **no**: {r['error']} | | | | | |")
+            lines.append(f"| {r['recipe']} | {r['slice']} | {_no(r)} | | | | | | |")
             continue
+        ratio = r["comm_ms"] / r["compute_ms_at_50pct_mfu"]
         lines.append(
             f"| {r['recipe']} | {r['slice']} | {'yes' if r['fits'] else '**no**'} | "
             f"{r['total_gib']:.2f} ({r['hbm_gib']:.0f}) | {r['executed_flops'] / 1e12:.2f} | "
-            f"{r['sent_mib']:.0f} | {r['comm_ms']:.1f} | {r['compute_ms_at_50pct_mfu']:.1f} |")
+            f"{r['sent_mib']:.0f} | {r['comm_ms']:.1f} | {r['compute_ms_at_50pct_mfu']:.1f} | "
+            f"{ratio:.2f} |")
     return "\n".join(lines) + "\n"
 
 
@@ -155,8 +190,7 @@ def dry_run_markdown(rows: list[dict]) -> str:
     lines = ["| model | seq | batch | layout (data, fsdp, tensor) | dry run GiB | compiler GiB "
              "| dry run / compiler |", "|---|---|---|---|---|---|---|"]
     for r in rows:
-        compiler = (f"{r['total_gib']:.2f}" if "total_gib" in r
-                    else f"does not fit: {r['error']}")
+        compiler = f"{r['total_gib']:.2f}" if "total_gib" in r else _no(r)
         ratio = f"{r['ratio']:.2f}" if "ratio" in r else ""
         lines.append(f"| {r['model']} | {r['seq_len']} | {r['batch']} | {r['layout']} "
                      f"{tuple(r['mesh'])} | {r['dry_run_gib']:.2f} | {compiler} | {ratio} |")
@@ -176,8 +210,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--readiness", action="store_true")
     parser.add_argument("--dry-run", action="store_true")
-    parser.add_argument("--estimates", action="store_true",
-                        help="recompute the dry-run table's estimates only (no compiles)")
+    parser.add_argument("--refresh", action="store_true",
+                        help="recompute both tables' shape-only figures (dry-run estimates, "
+                        "executed FLOPs) from the current code; no compiles")
     parser.add_argument("--recipes", nargs="*", default=list(RECIPES))
     parser.add_argument("--slices", nargs="*", default=list(SLICES))
     parser.add_argument("--out", default=None, help="results directory")
@@ -186,14 +221,15 @@ def main():
     began = time.time()
     # Each table is written from every row its JSON lines hold (a later row of the same
     # recipe and slice replaces an earlier one), so a grid may be run in parts.
+    if args.refresh:
+        refresh(out)
     if args.readiness:
         readiness(out, args.recipes, args.slices)
+    if args.readiness or args.refresh:
         rows = _latest(os.path.join(out, "compile_readiness.jsonl"), ("recipe", "slice"))
         with open(os.path.join(out, "compile_readiness.md"), "w") as f:
             f.write(readiness_markdown(rows))
-    if args.estimates:
-        refresh_estimates(out)
-    if args.dry_run or args.estimates:
+    if args.dry_run or args.refresh:
         if args.dry_run:
             dry_run_table(out)
         rows = _latest(os.path.join(out, "compile_dry_run.jsonl"),

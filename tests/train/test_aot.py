@@ -130,7 +130,7 @@ def test_the_dry_run_is_within_25_percent_of_the_tpu_compiler(layout):
     from zoo.train import aot, dry_run
 
     tpu_slice = topologies.parse("v5e-8")
-    config, task = bench_compile._job("bert", "small", 128, 64, layout)
+    config, task = bench_compile._job("bert", "small", 128, 64, layout=layout)
     estimate = dry_run.report(config, "", lambda c, w: task,
                               topologies.compile_only_devices(tpu_slice))
     compiled = aot.compile_train_step(task, config, tpu_slice)
