@@ -53,6 +53,7 @@ DRY_RUN_MODELS = (("bert", "base", 128, 256), ("bert", "base", 512, 64),
                   ("gpt", "355M", 1024, 32))
 # Neither vocabulary (BERT's 30,522, GPT-2's 50,257) splits 4 ways: tensor layouts shard the
 # rest and keep the embedding's vocabulary axis whole.
+_DRY_RUN_KEY = ("model", "seq_len", "layout")
 LAYOUTS = {"data": (16, 1, 1), "fsdp": (1, 16, 1), "tensor": (4, 1, 4), "mixed": (2, 2, 4)}
 
 
@@ -103,12 +104,19 @@ def readiness(out: str, recipes, slices) -> list[dict]:
 
 
 def dry_run_table(out: str) -> list[dict]:
+    """Layout by layout (every model's data-parallel row first), skipping rows the JSON lines
+    already hold, so an interrupted grid resumes."""
     rows = []
     tpu_slice = topologies.parse("v4-32")
     devices = topologies.compile_only_devices(tpu_slice)
-    with open(os.path.join(out, "compile_dry_run.jsonl"), "a") as jsonl:
-        for model, size, seq_len, batch in DRY_RUN_MODELS:
-            for layout_name, layout in LAYOUTS.items():
+    path = os.path.join(out, "compile_dry_run.jsonl")
+    done = ({(r["model"], r["seq_len"], r["layout"]) for r in _latest(path, _DRY_RUN_KEY)}
+            if os.path.exists(path) else set())
+    with open(path, "a") as jsonl:
+        for layout_name, layout in LAYOUTS.items():
+            for model, size, seq_len, batch in DRY_RUN_MODELS:
+                if (f"{model} {size}", seq_len, layout_name) in done:
+                    continue
                 config, task = _job(model, size, seq_len, batch, layout=layout)
                 estimate = dry_run.report(config, "", lambda c, w, t=task: t, devices)
                 row = {"model": f"{model} {size}", "seq_len": seq_len, "batch": batch,
@@ -140,7 +148,7 @@ def refresh(out: str) -> None:
     path = os.path.join(out, "compile_dry_run.jsonl")
     if os.path.exists(path):
         devices = topologies.compile_only_devices(topologies.parse("v4-32"))
-        rows = _latest(path, ("model", "seq_len", "layout"))
+        rows = _latest(path, _DRY_RUN_KEY)
         for row in rows:
             model, size = row["model"].split()
             config, task = _job(model, size, row["seq_len"], row["batch"],
@@ -232,8 +240,7 @@ def main():
     if args.dry_run or args.refresh:
         if args.dry_run:
             dry_run_table(out)
-        rows = _latest(os.path.join(out, "compile_dry_run.jsonl"),
-                       ("model", "seq_len", "layout"))
+        rows = _latest(os.path.join(out, "compile_dry_run.jsonl"), _DRY_RUN_KEY)
         with open(os.path.join(out, "compile_dry_run.md"), "w") as f:
             f.write(dry_run_markdown(rows))
     print(f"done in {time.time() - began:.0f} s; results in {out}", flush=True)

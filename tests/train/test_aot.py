@@ -136,3 +136,13 @@ def test_the_dry_run_is_within_25_percent_of_the_tpu_compiler(layout):
     compiled = aot.compile_train_step(task, config, tpu_slice)
     ratio = estimate["total_bytes_per_device"] / compiled.total_bytes
     assert 0.75 <= ratio <= 1.25, (ratio, estimate, compiled.total_bytes)
+
+
+@needs_libtpu
+def test_a_mesh_that_splits_a_physical_torus_axis_is_built():
+    """data=2, fsdp=2, tensor=4 on v4-32 (2x2x4 chips): jax.make_mesh assigns whole physical
+    axes in order and refuses it (NotImplementedError); the mesh splits one instead."""
+    devices = topologies.compile_only_devices(topologies.parse("v4-32"))
+    mesh = partitioning.make_mesh(2, 2, 4, devices=devices)
+    assert dict(mesh.shape) == {"data": 2, "fsdp": 2, "tensor": 4}
+    assert sorted(d.id for d in mesh.devices.flat) == sorted(d.id for d in devices)

@@ -11,6 +11,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import numpy as np
+from jax.experimental import mesh_utils
 
 from zoo.errors import ConfigError
 
@@ -99,12 +100,17 @@ def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices=None) -> j
             "(or use -1 for one of them)"
         )
     # Auto axis types: Linen's logical constraints rely on the sharding-in-types 'Auto' mode.
-    return jax.make_mesh(
-        tuple(sizes),
-        MESH_AXES,
-        axis_types=(jax.sharding.AxisType.Auto,) * len(MESH_AXES),
-        devices=devices,
-    )
+    axis_types = (jax.sharding.AxisType.Auto,) * len(MESH_AXES)
+    try:
+        return jax.make_mesh(tuple(sizes), MESH_AXES, axis_types=axis_types, devices=devices)
+    except NotImplementedError:
+        # On a TPU torus jax.make_mesh gives each mesh axis whole physical axes and refuses a
+        # shape that needs one split (data=2, fsdp=2, tensor=4 on v4-32's 2x2x4 chips: it
+        # assigns axes in order and is left with 4 for a 2). Splitting a physical axis is
+        # allowed, only its rings are shorter.
+        grid = mesh_utils.create_device_mesh(tuple(sizes), devices,
+                                             allow_split_physical_axes=True)
+        return jax.sharding.Mesh(grid, MESH_AXES, axis_types=axis_types)
 
 
 def logical_sharding(tree, mesh: jax.sharding.Mesh, rules: Sequence = DEFAULT_RULES):
