@@ -165,8 +165,11 @@ def refresh(out: str) -> None:
         for row in rows:
             if "total_gib" in row:
                 config, task = _job(*RECIPES[row["recipe"]])
-                devices = topologies.compile_only_devices(topologies.parse(row["slice"]))
-                row["executed_flops"] = _executed_flops(config, task, devices)
+                tpu_slice = topologies.parse(row["slice"])
+                row["executed_flops"] = _executed_flops(
+                    config, task, topologies.compile_only_devices(tpu_slice))
+                row["hbm_gib"] = tpu_slice.chip.hbm_bytes / GIB
+                row["fits"] = row["total_gib"] <= row["hbm_gib"]
         machine.write_jsonl(path, rows)
 
 

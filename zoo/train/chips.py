@@ -29,15 +29,15 @@ CHIPS = (
     # 4.5e10 B/s one way per link and 6 links (3D torus).
     Chip("v4", "TPU v4", 275e12, 32 * GIB, 6 * 4.5e10,
          "cloud.google.com/tpu/docs/v4; ICI: jax-ml.github.io/scaling-book/tpus"),
-    # https://cloud.google.com/tpu/docs/v5e: 197 TFLOP/s bf16, 16 GB HBM2, 400 GBps
-    # bidirectional ICI per chip.
-    Chip("v5e", "TPU v5 lite", 197e12, 16e9, 400e9 / 2, "cloud.google.com/tpu/docs/v5e"),
+    # https://cloud.google.com/tpu/docs/v5e: 197 TFLOP/s bf16, "16 GB" HBM2 (GiB: the TPU
+    # compiler offers 15.75 GiB of it to a program), 400 GBps bidirectional ICI per chip.
+    Chip("v5e", "TPU v5 lite", 197e12, 16 * GIB, 400e9 / 2, "cloud.google.com/tpu/docs/v5e"),
     # https://cloud.google.com/tpu/docs/v5p: 459 TFLOP/s bf16, 95 GiB HBM, 1200 GBps
     # bidirectional ICI per chip.
     Chip("v5p", "TPU v5", 459e12, 95 * GIB, 1200e9 / 2, "cloud.google.com/tpu/docs/v5p"),
-    # https://cloud.google.com/tpu/docs/v6e: 918 TFLOP/s bf16, 32 GB HBM, 800 GBps
-    # bidirectional ICI per chip.
-    Chip("v6e", "TPU v6 lite", 918e12, 32e9, 800e9 / 2, "cloud.google.com/tpu/docs/v6e"),
+    # https://cloud.google.com/tpu/docs/v6e: 918 TFLOP/s bf16, "32 GB" HBM (GiB, as v5e's),
+    # 800 GBps bidirectional ICI per chip.
+    Chip("v6e", "TPU v6 lite", 918e12, 32 * GIB, 800e9 / 2, "cloud.google.com/tpu/docs/v6e"),
     # NVIDIA H100 / H200 SXM datasheets: 989 TFLOP/s dense bf16 (1,979 is with 2:4 sparsity);
     # 80 GB HBM3 / 141 GB HBM3e. A100 SXM: 312 TFLOP/s dense bf16. No ICI (NVLink instead).
     Chip("H100", "NVIDIA H100", 989e12, 80e9, 0.0, "nvidia.com H100 datasheet (dense)"),
