@@ -121,11 +121,16 @@ def test_a_step_too_big_for_the_chip_exits_1_naming_the_keys(tmp_path):
 
 
 @needs_libtpu
-@pytest.mark.parametrize("layout", [(8, 1, 1), (1, 8, 1)], ids=["data", "fsdp"])
-def test_the_dry_run_is_within_25_percent_of_the_tpu_compiler(layout):
+@pytest.mark.parametrize("layout, low, high", [((8, 1, 1), 0.75, 1.25), ((1, 8, 1), 0.5, 1.0)],
+                         ids=["data", "fsdp"])
+def test_the_dry_run_beside_the_tpu_compiler(layout, low, high):
     """The dry run's per-device total (our formulas: params, gradients, update, optimizer
-    state, activations, FSDP's gathered weights) against the TPU compiler's buffers for
-    BERT-small (seq 128, 64 rows on v5e-8, bf16); the full table is benchmarks.compile's."""
+    state, activations) against the TPU compiler's buffers for BERT-small (seq 128, 64 rows on
+    v5e-8, bf16): within 25% data-parallel. Under FSDP it reads low, and is pinned there: the
+    compiler also holds gathered weights and whole gradients before their reduce-scatter, by
+    an amount its schedule decides (3.4 bytes per parameter here, 7.9 for BERT-base on 16
+    chips; benchmarks.compile --dry-run has the table); a formula for it that fit the TPU
+    overshot XLA:CPU's by 1.5x, so none is guessed."""
     from benchmarks import compile as bench_compile
     from zoo.train import aot, dry_run
 
@@ -135,7 +140,7 @@ def test_the_dry_run_is_within_25_percent_of_the_tpu_compiler(layout):
                               topologies.compile_only_devices(tpu_slice))
     compiled = aot.compile_train_step(task, config, tpu_slice)
     ratio = estimate["total_bytes_per_device"] / compiled.total_bytes
-    assert 0.75 <= ratio <= 1.25, (ratio, estimate, compiled.total_bytes)
+    assert low <= ratio <= high, (ratio, estimate, compiled.total_bytes)
 
 
 @needs_libtpu

@@ -93,19 +93,11 @@ def report(config: ml_collections.ConfigDict, workdir: str,
                                                              mesh.shape["tensor"]),
         "flops_per_step": task.flops_per_token() * task.tokens_per_batch(),
     }
-    # Under FSDP a device also holds weights gathered whole for its matmuls (compute dtype)
-    # and each gradient whole until it is reduce-scattered (float32): measured against the TPU
-    # compiler's buffers (benchmarks.compile --dry-run), both can be live for every layer.
-    tensor = mesh.shape["tensor"]
-    compute_bytes = np.dtype(config.model.get("dtype", "float32")).itemsize
-    figures["fsdp_gathered_bytes_per_device"] = (
-        figures["params"] * (compute_bytes + 4) / tensor if mesh.shape["fsdp"] > 1 else 0.0)
     # During the update the gradients and the optimizer's update (each param-sized) are live
     # beside the params.
     figures["total_bytes_per_device"] = (3 * figures["param_bytes_per_device"]
                                          + figures["optimizer_bytes_per_device"]
-                                         + figures["activation_bytes_per_device"]
-                                         + figures["fsdp_gathered_bytes_per_device"])
+                                         + figures["activation_bytes_per_device"])
     if jax.process_index() == 0:
         gib = 2.0**30
         print(f"dry run: {config.task} on mesh {dict(mesh.shape)} ({mesh.size} devices)")
@@ -115,10 +107,7 @@ def report(config: ml_collections.ConfigDict, workdir: str,
               f"{figures['param_bytes_per_device'] / gib:.3f} GiB, optimizer "
               f"{figures['optimizer_bytes_per_device'] / gib:.3f} GiB, activations "
               f"{figures['activation_bytes_per_device'] / gib:.3f} GiB "
-              f"(micro-batch {per_device_batch} rows)"
-              + (f", FSDP-gathered weights and whole gradients "
-                 f"{figures['fsdp_gathered_bytes_per_device'] / gib:.3f} GiB"
-                 if figures["fsdp_gathered_bytes_per_device"] else ""))
+              f"(micro-batch {per_device_batch} rows)")
         print(f"  total per device    {figures['total_bytes_per_device'] / gib:.3f} GiB")
         print(f"  FLOPs per step      {figures['flops_per_step']:.3e}", flush=True)
     return figures
