@@ -63,8 +63,7 @@ from zoo.nn.recurrent import BACKENDS as RNN_BACKENDS
 from zoo.nn.recurrent import RNN
 from zoo.tasks import lm, mlm_nsp
 from zoo.tasks.base import Task
-from zoo.train import dry_run, loop, metrics, optim, partitioning
-from zoo.train.state import TrainState
+from zoo.train import dry_run, loop, metrics, partitioning, program
 
 FLOPS_FORMULAS = {
     "bert": "6N + 12 L T H + 6 (H^2 + H V) P / T per token, N = L (4 H^2 + 2 H F) "
@@ -216,16 +215,10 @@ def build(config: ml_collections.ConfigDict, task: Task) -> loop.Setup:
     on a one-device mesh."""
     mesh = partitioning.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor,
                                   devices=jax.devices()[:1])
-    rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes)
-                  for name, axes in config.mesh.rules)
-    optimizer = optim.make_optimizer(config.optim, frozen=task.frozen_subtrees())
-
-    def init_state(rng):
-        params_rng, state_rng = jax.random.split(rng)
-        return TrainState.create(task.init_params(params_rng), optimizer, state_rng)
-
+    rules = partitioning.rules_from_config(config.mesh.rules)
+    optimizer = program.make_optimizer(task, config)
     state, state_sharding = partitioning.sharded_init(
-        init_state, mesh, rules, jax.random.key(config.train.seed))
+        program.init_state_fn(task, optimizer), mesh, rules, jax.random.key(config.train.seed))
     return loop.Setup(task, mesh, rules, optimizer, state, state_sharding,
                       partitioning.batch_sharding(mesh, rules))
 
