@@ -34,8 +34,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile for TPUs, run nothing o
 from benchmarks import machine  # noqa: E402
 from benchmarks import step as bench_step  # noqa: E402
 from zoo.train import aot, dry_run, flops, partitioning, program, topologies  # noqa: E402
+from zoo.train.chips import GIB  # noqa: E402
 
-GIB = 2.0**30
 # recipe -> (model, size, seq_len, global batch[, model overrides]): configs/bert_pretrain.py's
 # AdamW recipes, GPT-2's 512 x 1024 tokens (also with every layer recomputed: what the table
 # says to try where it does not fit).

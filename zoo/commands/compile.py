@@ -23,6 +23,7 @@ from absl import flags  # noqa: E402
 from zoo import paths  # noqa: E402
 from zoo.commands import cli, jobs  # noqa: E402
 from zoo.train import aot, recipe, topologies  # noqa: E402
+from zoo.train.chips import GIB  # noqa: E402
 
 _TOPOLOGY = flags.DEFINE_string(
     "topology", None, "the TPU slice, as Cloud TPU names it: v4-8 ... v4-4096, v5p-8 ..., "
@@ -30,7 +31,6 @@ _TOPOLOGY = flags.DEFINE_string(
 _HLO = flags.DEFINE_string("hlo", None, "also write the compiled per-device program here")
 flags.mark_flag_as_required("topology")
 
-GIB = 2.0**30
 
 
 def _short(op_name: str) -> str:

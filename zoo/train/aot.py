@@ -86,8 +86,10 @@ def compile_train_step(task, config: ml_collections.ConfigDict,
     train_step, args = program.abstract_train_step(task, config, mesh)
     began = time.perf_counter()
     with _not_cached(), program.lowering_context(config, mesh):
+        # One trace for both: the compiler's input and the jaxpr the FLOPs are counted from.
+        traced = train_step.trace(*args)
         try:
-            compiled = train_step.lower(*args).compile()
+            compiled = traced.lower().compile()
         except jax.errors.JaxRuntimeError as e:
             if "RESOURCE_EXHAUSTED" not in str(e):
                 raise
@@ -96,7 +98,7 @@ def compile_train_step(task, config: ml_collections.ConfigDict,
             raise DoesNotFitError(
                 f"{config.task} does not fit {tpu_slice.name} on mesh {dict(mesh.shape)}: the "
                 f"TPU compiler says: {detail} Change {memory_advice(config)}") from None
-        executed = flops_lib.executed_flops(train_step, *args)
+        executed = flops_lib.count_jaxpr(traced.jaxpr)
     seconds = time.perf_counter() - began
     memory = compiled.memory_analysis()
     hlo = compiled.as_text()
