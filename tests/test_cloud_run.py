@@ -106,9 +106,15 @@ def test_bert_in_a_bucket_killed_and_resumed_equals_a_local_run(gcs, gcs_bucket,
     proc = subprocess.Popen(_command("train.py", cloud, cloud_data, *extra), cwd=ROOT,
                             env=gpt_process.env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    while time.time() - started < 300:  # killed between the first and second checkpoints
+    # Killed between the first and second checkpoints: once step EVERY's checkpoint has
+    # committed, not merely once training is past it (the save is asynchronous, and to a
+    # bucket its commit can trail the steps: CI once killed the run at step 25 with step 20
+    # still uncommitted, and the rerun rightly started from 0). Step 2 x EVERY's save waits
+    # for that commit before it starts, so it cannot have committed yet.
+    committed = paths.as_path(cloud) / "checkpoints" / str(EVERY) / "commit_success.txt"
+    while time.time() - started < 300:
         records = gpt_process.logged_steps(cloud)
-        if records and records[-1]["step"] >= EVERY + 5:
+        if records and records[-1]["step"] >= EVERY + 5 and committed.exists():
             break
         assert proc.poll() is None, proc.communicate()[1][-3000:]
         time.sleep(0.05)
