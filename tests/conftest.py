@@ -167,6 +167,16 @@ def gcs(tmp_path_factory):
 
 
 @pytest.fixture
+def gcs_knobs(gcs):
+    """The session's server, for a test that turns its knobs (latency, faults: see
+    tests/gcs_server.py); they are put back afterwards, so the next test meets a polite
+    server."""
+    gcs.reset_behaviour()
+    yield gcs
+    gcs.reset_behaviour()
+
+
+@pytest.fixture
 def gcs_bucket(gcs):
     """`gs://<a new, empty bucket>` on the session's server."""
     return f"gs://{gcs.bucket()}"
