@@ -19,7 +19,7 @@ the knobs over HTTP (`/_zoo/...`, never logged, never delayed, never failed):
   nextPageToken, as GCS does; the emulator returns everything in one page, which would hide
   that a listing of 5,000 markers is 5 requests.
 - the request log: one JSON line per request (seq, t, method, op, bucket, object, prefix,
-  range, status, bytes sent, fault), written before the response's body is sent, so a client
+  range, upload type, status, bytes sent, fault), written before the response's body is sent, so a client
   that has its answer finds its request logged.
 """
 
@@ -135,7 +135,8 @@ def describe(handler, method: str, knobs: Knobs) -> dict:
         name = query.get("name", [None])[0] or _name_in_body(handler) or knobs.uploads.get(
             query.get("upload_id", [""])[0])
     return {"method": method, "op": op, "bucket": bucket, "object": name,
-            "prefix": query.get("prefix", [None])[0], "range": handler.headers.get("Range")}
+            "prefix": query.get("prefix", [None])[0], "range": handler.headers.get("Range"),
+            "upload": query.get("uploadType", [None])[0]}
 
 
 def _name_in_body(handler):

@@ -58,7 +58,7 @@ def write_json(path: epath.Path, obj) -> None:
 
 
 def read_json(path: epath.Path):
-    return json.loads(path.read_text())
+    return json.loads(paths.read_bytes(path))  # retried on GCS (zoo.retry)
 
 
 def write_word_starts(directory: epath.Path, table: np.ndarray) -> None:

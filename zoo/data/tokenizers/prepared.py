@@ -27,13 +27,13 @@ def exists(directory) -> bool:
 def file_of(directory):
     """The saved tokenizer file's path."""
     directory = paths.as_path(directory)
-    return directory / json.loads((directory / INFO).read_text())["file"]
+    return directory / json.loads(paths.read_bytes(directory / INFO))["file"]
 
 
 def load(directory) -> tokenizers.Tokenizer:
     """The saved tokenizer (through a local copy when the directory is in a bucket:
     SentencePiece reads only local files; both kinds read their file whole when loaded)."""
     directory = paths.as_path(directory)
-    info = json.loads((directory / INFO).read_text())
+    info = json.loads(paths.read_bytes(directory / INFO))
     with paths.local_copy(directory / info["file"]) as local:
         return tokenizers.load_tokenizer(local, lowercase=info["lowercase"])
