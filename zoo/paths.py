@@ -96,6 +96,36 @@ def read_bytes(path: PathLike) -> bytes:
                     what=f"reading {path}")
 
 
+def list_names(directory: PathLike, prefix: str = "", page_size: int = 1000) -> list[str]:
+    """The names of the files directly in `directory` that start with `prefix` (none when it
+    does not exist). On GCS: one listing request per `page_size` names (GCS's largest page is
+    1,000), each asking for the names alone, and nothing else: a glob through gcsfs lists
+    every object of the directory with its metadata, then asks again when none matched."""
+    directory = as_path(directory)
+    if not is_remote(directory):
+        try:
+            return sorted(n for n in os.listdir(directory) if n.startswith(prefix))
+        except FileNotFoundError:
+            return []
+    bucket = bucket_of(directory)
+    key = os.fspath(directory).split("://", 1)[1][len(bucket):].strip("/")
+    key = f"{key}/" if key else ""
+    fs = fsspec.filesystem("gs")
+
+    def page(token):
+        return fs.call("GET", "b/{}/o", bucket, prefix=key + prefix, delimiter="/",
+                       maxResults=page_size, pageToken=token,
+                       fields="items(name),nextPageToken", json_out=True)
+
+    names, token = [], None
+    while True:
+        answer = retrying(lambda: page(token), what=f"listing {directory}/{prefix}*")
+        names += [item["name"][len(key):] for item in answer.get("items", [])]
+        token = answer.get("nextPageToken")
+        if not token:
+            return sorted(names)
+
+
 @contextlib.contextmanager
 def local_copy(path: PathLike) -> Iterator[str]:
     """A local filename holding `path`'s bytes, for libraries that only open local files

@@ -196,8 +196,9 @@ def prepare_pieces(
     done = store.done_shards(directory)
     own = [i for i in range(len(pieces)) if i % process_count == process_index and i not in done]
     _make_shards(pieces, own, tokenizer, directory, settings, source, workers, report)
-    done = _wait_for_shards(directory, len(pieces), report, poll_seconds)
+    _wait_for_shards(directory, len(pieces), report, poll_seconds)
     if process_index == 0:
+        done = store.read_markers(directory, range(len(pieces)))
         rows = [done[i]["rows"] for i in range(len(pieces))]
         store.write_json(directory / store.MANIFEST, {
             "format": store.FORMAT_VERSION,
@@ -239,16 +240,17 @@ def _claim(directory, plan: dict, process_index: int, report, poll_seconds: floa
             f"{directory} to prepare it again with these inputs")
 
 
-def _wait_for_shards(directory, count: int, report, poll_seconds: float) -> dict[int, dict]:
+def _wait_for_shards(directory, count: int, report, poll_seconds: float) -> None:
+    """Until every shard's marker exists: one listing per poll (store.done_shards), never a
+    read of each marker."""
     done = store.done_shards(directory)
     while len(done) < count:
-        missing = sorted(set(range(count)) - set(done))
+        missing = sorted(set(range(count)) - done)
         if report:
-            report(f"waiting for {len(missing)} shards of other processes (e.g. "
+            report(f"waiting for {len(missing)} of {count} shards from other processes (e.g. "
                    f"{', '.join(map(str, missing[:5]))}) in {directory}")
         time.sleep(poll_seconds)
         done = store.done_shards(directory)
-    return done
 
 
 def _wait_for(condition, poll_seconds: float, report, message: str) -> None:
