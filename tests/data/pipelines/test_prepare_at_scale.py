@@ -1,11 +1,21 @@
-"""Preparation at scale: what a waiting host costs the bucket per poll."""
+"""Preparation at scale: what a waiting host costs the bucket per poll, and a tokenizer
+trained on a bounded sample of the corpus."""
 
+import json
 import threading
 import time
 
+import pytest
+
+from configs import bert_pretrain
 from zoo import paths
 from zoo.data.pipelines import pretraining as pt
+from zoo.data.pipelines import pretraining_data
 from zoo.data.pipelines import pretraining_store as store
+from zoo.data.readers import sources, text_files
+from zoo.data.tokenizers import base as tokenizers
+from zoo.data.tokenizers import prepared as saved_tokenizer
+from zoo.errors import ConfigError
 
 
 def test_a_waiting_host_lists_the_markers_once_per_poll_and_reads_none(gcs_knobs, gcs_bucket):
@@ -43,3 +53,40 @@ def test_markers_are_listed_in_pages_of_names(gcs_knobs, gcs_bucket):
     assert store.read_markers(directory, [2, 7]) == {2: {"rows": 2, "is_next": 0},
                                                       7: {"rows": 7, "is_next": 0}}
     assert store.done_shards(paths.as_path(f"{gcs_bucket}/nothing/here")) == set()
+
+
+def _text_data(corpus, tmp_path, **overrides):
+    text_files.write_text_corpus(tmp_path / "train.txt", corpus["train"])
+    data = bert_pretrain.get_config("size=tiny").data
+    data.update(source="text", train_files=str(tmp_path / "train.txt"), vocab_size=200,
+                **overrides)
+    return data
+
+
+def test_the_tokenizer_trains_on_a_bounded_seeded_sample_recorded_beside_it(
+        corpus, tmp_path, monkeypatch):
+    data = _text_data(corpus, tmp_path, tokenizer_sample_sentences=300, seed=4)
+    seen = []
+    real = tokenizers.train_sentencepiece
+    monkeypatch.setattr(tokenizers, "train_sentencepiece",
+                        lambda texts, *a: seen.append(len(texts)) or real(texts, *a))
+    pieces = sources.plan_pieces(data, "train")
+    lines = []
+    pretraining_data._write_tokenizer(data, paths.as_path(tmp_path / "tok"), pieces, 0,
+                                      lines.append)
+    total = sum(len(doc) for doc in corpus["train"])
+    assert seen == [300] and total > 300
+    info = json.loads((tmp_path / "tok" / saved_tokenizer.INFO).read_text())
+    assert info["trained_on"] == {"sample_sentences": 300, "seed": 4, "sentences": 300,
+                                  "corpus_sentences": total}
+    assert any(f"training on 300 of {total:,} sentences" in line for line in lines)
+    pretraining_data._write_tokenizer(data, paths.as_path(tmp_path / "again"), pieces, 0, None)
+    model = info["file"]
+    assert (tmp_path / "tok" / model).read_bytes() == (tmp_path / "again" / model).read_bytes()
+
+
+def test_a_bad_sample_size_is_one_error_naming_the_key(corpus, tmp_path):
+    data = _text_data(corpus, tmp_path, tokenizer_sample_sentences=0)
+    with pytest.raises(ConfigError, match="config.data.tokenizer_sample_sentences=0"):
+        pretraining_data._write_tokenizer(data, paths.as_path(tmp_path / "tok"),
+                                          sources.plan_pieces(data, "train"), 0, None)
