@@ -1,21 +1,24 @@
-"""Preparation at scale: what a waiting host costs the bucket per poll, and a tokenizer
-trained on a bounded sample of the corpus."""
+"""Preparation at scale: what a waiting host costs the bucket per poll, a tokenizer trained on
+a bounded sample of the corpus, and a local disk checked for room before anything starts."""
 
 import json
 import threading
 import time
+import types
 
 import pytest
 
 from configs import bert_pretrain
 from zoo import paths
+from zoo.data.pipelines import preparation_space
 from zoo.data.pipelines import pretraining as pt
 from zoo.data.pipelines import pretraining_data
+from zoo.data.pipelines import pretraining_examples as examples
 from zoo.data.pipelines import pretraining_store as store
-from zoo.data.readers import sources, text_files
+from zoo.data.readers import corpus_pieces, sources, text_files
 from zoo.data.tokenizers import base as tokenizers
 from zoo.data.tokenizers import prepared as saved_tokenizer
-from zoo.errors import ConfigError
+from zoo.errors import ConfigError, UserError
 
 
 def test_a_waiting_host_lists_the_markers_once_per_poll_and_reads_none(gcs_knobs, gcs_bucket):
@@ -90,3 +93,45 @@ def test_a_bad_sample_size_is_one_error_naming_the_key(corpus, tmp_path):
     with pytest.raises(ConfigError, match="config.data.tokenizer_sample_sentences=0"):
         pretraining_data._write_tokenizer(data, paths.as_path(tmp_path / "tok"),
                                           sources.plan_pieces(data, "train"), 0, None)
+
+
+def _small_disk(monkeypatch, free):
+    monkeypatch.setattr(preparation_space.shutil, "disk_usage",
+                        lambda path: types.SimpleNamespace(free=free))
+
+
+def test_a_disk_too_small_is_refused_before_anything_is_written(corpus, tmp_path,
+                                                                monkeypatch):
+    data = _text_data(corpus, tmp_path, eval_files=str(tmp_path / "train.txt"))
+    _small_disk(monkeypatch, 10_000)
+    out = tmp_path / "prepared"
+    with pytest.raises(UserError, match=rf"config.data.prepared_dir={out}: preparing needs "
+                                        r"about .* GB more .*its disk has 0.00 GB free.*"
+                                        r"config.data.dupe_factor"):
+        pretraining_data.prepare(data, str(tmp_path / "cache"), str(out))
+    assert not out.exists()  # not even the tokenizer was trained
+    with pytest.raises(UserError, match=rf"config.data.cache_dir={tmp_path / 'cache'}: "):
+        pretraining_data.prepare(data, str(tmp_path / "cache"))
+
+
+def test_what_a_resumed_preparation_holds_already_counts_as_written(corpus, tmp_path,
+                                                                    monkeypatch):
+    data = _text_data(corpus, tmp_path)
+    pieces = {"train": sources.plan_pieces(data, "train")}
+    settings = pretraining_data.settings(data)
+    _, needed = preparation_space.estimate(pieces["train"][0].size, settings["train"])
+    (tmp_path / "prepared" / "train").mkdir(parents=True)
+    (tmp_path / "prepared" / "train" / "input_ids-00000.npy").write_bytes(b"x" * needed)
+    _small_disk(monkeypatch, 10_000)
+    preparation_space.check_free_space(tmp_path / "prepared", "k", pieces, settings)
+
+
+def test_the_estimate_is_within_a_factor_of_three_of_what_is_written(corpus, tok, tmp_path):
+    text_files.write_text_corpus(tmp_path / "a.txt", corpus["train"])
+    size = (tmp_path / "a.txt").stat().st_size
+    pieces = corpus_pieces.plan_text([str(tmp_path / "a.txt")], size // 3 + 1)
+    settings = examples.Settings(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=2)
+    pt.prepare_pieces(pieces, tok, str(tmp_path / "p"), settings)
+    written = sum(f.stat().st_size for f in (tmp_path / "p").iterdir())
+    _, estimated = preparation_space.estimate(size, settings)
+    assert written / 3 < estimated < written * 3, (estimated, written)

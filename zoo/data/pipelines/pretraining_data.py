@@ -18,7 +18,7 @@ import time
 
 import ml_collections
 
-from zoo.data.pipelines import pretraining, pretraining_store
+from zoo.data.pipelines import preparation_space, pretraining, pretraining_store
 from zoo.data.pipelines.pretraining_examples import Settings
 from zoo.data.pipelines.pretraining_store import PretrainingSource
 from zoo.data.readers import sources
@@ -76,6 +76,11 @@ def prepare(data: ml_collections.ConfigDict, cache_dir: str, output_dir: str = "
     split_settings = settings(data)
     names = {"train": f"config.data.source={data.source!r} (train)",
              "validation": f"config.data.source={data.source!r} (validation)"}
+    # Before the tokenizer is trained: a disk too small should cost seconds, not hours.
+    preparation_space.check_free_space(
+        output_dir or cache_dir,
+        "config.data.prepared_dir" if output_dir else "config.data.cache_dir", pieces,
+        split_settings)
     workers = workers or os.cpu_count() or 1
     kwargs = dict(workers=workers, process_index=process_index, process_count=process_count,
                   report=report)
