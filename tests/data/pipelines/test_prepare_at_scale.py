@@ -10,7 +10,7 @@ import pytest
 
 from configs import bert_pretrain
 from zoo import paths
-from zoo.data.pipelines import preparation_space
+from zoo.data.pipelines import preparation_progress, preparation_space
 from zoo.data.pipelines import pretraining as pt
 from zoo.data.pipelines import pretraining_data
 from zoo.data.pipelines import pretraining_examples as examples
@@ -135,3 +135,26 @@ def test_the_estimate_is_within_a_factor_of_three_of_what_is_written(corpus, tok
     written = sum(f.stat().st_size for f in (tmp_path / "p").iterdir())
     _, estimated = preparation_space.estimate(size, settings)
     assert written / 3 < estimated < written * 3, (estimated, written)
+
+
+def test_the_progress_line_gives_shards_examples_per_second_and_an_eta(monkeypatch):
+    clock = iter([100.0, 102.0, 104.0])
+    monkeypatch.setattr(preparation_progress.time, "perf_counter", lambda: next(clock))
+    progress = preparation_progress.Progress(4, 4_000_000, "MB", 2)
+    assert progress.update(1_000_000, 300) == (
+        "[#####...............] shards 1/4 | 1.0 of 4.0 MB | 150 examples/s, 0.50 MB/s | "
+        "2 workers | ETA 0:00:06")
+    assert progress.update(2_000_000, 500).endswith("200 examples/s, 0.75 MB/s | 2 workers | "
+                                                    "ETA 0:00:01")
+
+
+def test_preparation_reports_that_line_per_shard(corpus, tok, tmp_path):
+    text_files.write_text_corpus(tmp_path / "a.txt", corpus["train"])
+    size = (tmp_path / "a.txt").stat().st_size
+    lines = []
+    pt.prepare_pieces(corpus_pieces.plan_text([str(tmp_path / "a.txt")], size // 2 + 1), tok,
+                      str(tmp_path / "p"), examples.Settings(max_seq_length=64, dupe_factor=1,
+                                                             max_predictions_per_seq=10),
+                      report=lines.append)
+    assert [line.split(" | ")[0][-10:] for line in lines] == ["shards 1/2", "shards 2/2"]
+    assert "examples/s" in lines[-1] and lines[-1].endswith("ETA 0:00:00")
