@@ -32,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+import sys
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -78,12 +79,11 @@ def is_transient(error: BaseException) -> bool:
 
 def _gcsfs_retriable(error: BaseException) -> bool:
     # gcsfs's own classification (its HTTP codes, aiohttp and requests errors), so the two
-    # layers agree on what passes. gcsfs is there whenever a gs:// path has been used.
-    try:
-        from gcsfs import retry as gcsfs_retry
-    except ImportError:
-        return False
-    return gcsfs_retry.is_retriable(error)
+    # layers agree on what passes. Only once gcsfs is loaded (a gs:// path was used): before,
+    # no error can be one of its, and importing it here would fix its settings, which it
+    # reads from the environment at import, too early.
+    gcsfs_retry = sys.modules.get("gcsfs.retry")
+    return gcsfs_retry is not None and gcsfs_retry.is_retriable(error)
 
 
 def retrying(fn: Callable[[], T], *, what: str, policy: Policy | None = None) -> T:
