@@ -61,6 +61,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         synthetic_entities=2000,
         lowercase=True,  # WordPiece vocab.txt only: uncased BERT
         vocab_size=2048 if tiny else 30522,
+        # A trained SentencePiece tokenizer sees a uniform sample of at most this many train
+        # sentences, drawn with config.data.seed (the corpus never sits in memory whole).
+        tokenizer_sample_sentences=10_000_000,
         cache_dir="",  # '' = <workdir>/data; share one between phases
         # Written by `python -m zoo.commands.prepare` (local or gs://); '' = prepare in the job.
         prepared_dir="",

@@ -167,6 +167,36 @@ def gcs(tmp_path_factory):
 
 
 @pytest.fixture
+def gcs_knobs(gcs):
+    """The session's server, for a test that turns its knobs (latency, faults: see
+    tests/gcs_server.py); they are put back afterwards, so the next test meets a polite
+    server."""
+    gcs.reset_behaviour()
+    yield gcs
+    gcs.reset_behaviour()
+
+
+@pytest.fixture
+def fast_retries(monkeypatch):
+    """Retries without their waits, for tests that inject more faults than gcsfs absorbs: gcsfs
+    sleeps 1, 2, 4, 8, 16 s between its 6 tries of a request (gcsfs/retry.py looks up
+    `asyncio.sleep` through its module global at each retry), and zoo.retry.DEFAULT waits
+    4 s and 16 s between its 3 tries of an operation."""
+    import asyncio
+    import types
+
+    from gcsfs import retry as gcsfs_retry
+
+    from zoo import retry
+
+    async def no_wait(_seconds):
+        await asyncio.sleep(0)
+
+    monkeypatch.setattr(gcsfs_retry, "asyncio", types.SimpleNamespace(sleep=no_wait))
+    monkeypatch.setattr(retry, "DEFAULT", retry.Policy(first_delay_s=0.01, max_delay_s=0.05))
+
+
+@pytest.fixture
 def gcs_bucket(gcs):
     """`gs://<a new, empty bucket>` on the session's server."""
     return f"gs://{gcs.bucket()}"

@@ -27,6 +27,13 @@ looks like generation 0, and its next conditional write ("replace the version I 
 OCDBT updates the manifest of an orbax checkpoint) fails with "Malformed StorageGeneration".
 The emulator also ignores ifGenerationMatch preconditions, so what it proves is single-writer
 behaviour, not GCS's protection against concurrent writers.
+
+A polite local server hides what costs time and fails on a real bucket, so it can misbehave on
+request (tests/gcs_behaviour.py has the details): `latency(s)` delays every request, `fail(...)`
+answers the next requests matching a pattern with an HTTP error, a reset connection, a body cut
+short; `requests(since=mark())` reads the request log (method, op, object, range, status, bytes).
+Listings come in pages of at most 1,000 entries, as GCS sends them. The knobs are server-wide:
+the `gcs_knobs` fixture (tests/conftest.py) puts them back after each test.
 """
 
 import json
@@ -49,14 +56,17 @@ def free_port() -> int:
 class GcsServer:
     """One emulator process; `bucket()` makes a fresh bucket, `stop()` ends it."""
 
-    def __init__(self, data_dir: str, port: int | None = None):
+    def __init__(self, data_dir: str, port: int | None = None, latency_s: float = 0.0):
         self.port = port or free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.request_log = os.path.join(data_dir, "requests.jsonl")
         self._log = open(os.path.join(data_dir, "server.log"), "w")
         self._proc = subprocess.Popen(
             [sys.executable, os.path.abspath(__file__), "-d", os.path.join(data_dir, "root"),
              "start", "--host", "127.0.0.1", "--port", str(self.port), "--quiet"],
-            stdout=self._log, stderr=subprocess.STDOUT)
+            stdout=self._log, stderr=subprocess.STDOUT,
+            env={**os.environ, "ZOO_GCS_REQUEST_LOG": self.request_log,
+                 "ZOO_GCS_LATENCY_S": str(latency_s)})
         deadline = time.time() + 60
         while True:
             try:
@@ -88,6 +98,53 @@ class GcsServer:
             pass
         return name
 
+    # -- misbehaving on request (tests/gcs_behaviour.py) --
+
+    def latency(self, seconds: float) -> None:
+        """Every request from now on waits `seconds` before it is served."""
+        self._control("POST", "latency", {"seconds": seconds})
+
+    def fail(self, fault: int | str = 503, count: int = 1, *, object: str | None = None,
+             method: str | None = None, op: str | None = None) -> None:
+        """The next `count` requests matching `object` (a glob over the object name, e.g.
+        '*/shard-*.json'), `method` ('GET', 'POST', ...) and `op` ('list', 'read', 'stat',
+        'write', 'delete', ...) get `fault`: an HTTP error status, 'reset' (connection closed
+        before any answer), 'drop' (closed after half the body) or 'truncate' (half the body,
+        with a matching Content-Length). Rules are consumed in the order given."""
+        self._control("POST", "faults", {"fault": fault, "count": count, "object": object,
+                                         "method": method, "op": op})
+
+    def state(self) -> dict:
+        """{"latency_s", "faults": the rules with their remaining counts, "requests": served}"""
+        return self._control("GET", "state")
+
+    def reset_behaviour(self) -> None:
+        """No latency, no pending faults."""
+        self._control("DELETE", "faults")
+        self._control("POST", "latency", {"seconds": 0})
+
+    def mark(self) -> int:
+        """A position in the request log, for `requests(since=...)`."""
+        return self.state()["requests"]
+
+    def requests(self, since: int = 0) -> list[dict]:
+        """The logged requests after `since` (each: seq, t, method, op, bucket, object, prefix,
+        range, status, bytes, fault)."""
+        with open(self.request_log) as f:
+            lines = [json.loads(line) for line in f if line.endswith("\n")]
+        return [r for r in lines if r["seq"] > since]
+
+    def _control(self, method: str, name: str, body: dict | None = None) -> dict:
+        request = urllib.request.Request(
+            f"{self.endpoint}/_zoo/{name}", method=method,
+            data=json.dumps(body).encode() if body is not None else None,
+            headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return json.loads(answer.read())
+        except urllib.error.HTTPError as e:
+            raise ValueError(json.loads(e.read())["error"]) from None
+
     def stop(self):
         if self._proc.poll() is None:
             self._proc.terminate()
@@ -100,7 +157,9 @@ class GcsServer:
 
 
 def _serve(argv: list[str]) -> None:
-    """The emulator's own command line, with downloads that carry the generation headers."""
+    """The emulator's own command line, with downloads that carry the generation headers and
+    the knobs of tests/gcs_behaviour.py."""
+    import gcs_behaviour  # this script's own directory is on sys.path
     from gcp_storage_emulator.handlers import objects
 
     download = objects.download
@@ -115,6 +174,7 @@ def _serve(argv: list[str]) -> None:
 
     # Before the server module is imported: its routing table holds the function itself.
     objects.download = download_with_generation
+    gcs_behaviour.install(gcs_behaviour.from_environment())
     from gcp_storage_emulator.__main__ import main
 
     main(argv)

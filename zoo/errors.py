@@ -34,6 +34,11 @@ class MissingFileError(UserError, FileNotFoundError):
     """A file or directory the user named (or one that should be in it) is not there."""
 
 
+class StorageUnavailableError(UserError, OSError):
+    """Cloud storage kept failing with errors that usually pass (zoo.retry gave up): the
+    message names the object and the last error; running again later is the fix."""
+
+
 def message(error: BaseException) -> str:
     """The error's text: str(error), except a lone string argument is shown as written (a
     KeyError would quote it)."""

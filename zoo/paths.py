@@ -16,6 +16,8 @@ What differs on GCS, and is handled here:
   checkpoint another host just committed.
 - A wrong bucket, no server or no credentials would otherwise surface deep inside a library,
   after minutes of retries; `check_remote` probes once, quickly, and names the config key.
+- Requests fail now and then (a 503, a dropped connection): `write_atomic`, `read_bytes` and
+  `local_copy` go through zoo.retry on GCS, on top of gcsfs's own per-request retries.
 """
 
 import contextlib
@@ -30,6 +32,7 @@ import fsspec
 from etils import epath
 
 from zoo import errors
+from zoo.retry import retrying
 
 # gcsfs registers as both "gs" and "gcs"; fsspec applies conf[protocol] to new instances.
 for _protocol in ("gs", "gcs"):
@@ -65,7 +68,11 @@ def write_atomic(path: PathLike, data: bytes | str) -> None:
     raw = data.encode("utf-8") if isinstance(data, str) else data
     path.parent.mkdir(parents=True, exist_ok=True)
     if is_remote(path):
-        path.write_bytes(raw)  # one object upload: it appears whole or not at all
+        # One object upload: it appears whole or not at all, so a retry cannot leave a part.
+        # gcsfs's pipe_file sends up to 50 MB as one request (epath's write_bytes opens a
+        # resumable upload: two requests, each a round trip, for every marker).
+        retrying(lambda: fsspec.filesystem("gs").pipe_file(os.fspath(path), raw),
+                 what=f"writing {path}")
         return
     fd, tmp = tempfile.mkstemp(dir=os.fspath(path.parent), prefix=path.name + ".")
     try:
@@ -79,6 +86,46 @@ def write_atomic(path: PathLike, data: bytes | str) -> None:
         raise
 
 
+def read_bytes(path: PathLike) -> bytes:
+    """`path`'s bytes; from GCS through zoo.retry (a marker, a manifest, a plan)."""
+    path = as_path(path)
+    if not is_remote(path):
+        return path.read_bytes()
+    # One request (epath's read_bytes asks for the object's metadata first: two round trips).
+    return retrying(lambda: fsspec.filesystem("gs").cat_file(os.fspath(path)),
+                    what=f"reading {path}")
+
+
+def list_names(directory: PathLike, prefix: str = "", page_size: int = 1000) -> list[str]:
+    """The names of the files directly in `directory` that start with `prefix` (none when it
+    does not exist). On GCS: one listing request per `page_size` names (GCS's largest page is
+    1,000), each asking for the names alone, and nothing else: a glob through gcsfs lists
+    every object of the directory with its metadata, then asks again when none matched."""
+    directory = as_path(directory)
+    if not is_remote(directory):
+        try:
+            return sorted(n for n in os.listdir(directory) if n.startswith(prefix))
+        except FileNotFoundError:
+            return []
+    bucket = bucket_of(directory)
+    key = os.fspath(directory).split("://", 1)[1][len(bucket):].strip("/")
+    key = f"{key}/" if key else ""
+    fs = fsspec.filesystem("gs")
+
+    def page(token):
+        return fs.call("GET", "b/{}/o", bucket, prefix=key + prefix, delimiter="/",
+                       maxResults=page_size, pageToken=token,
+                       fields="items(name),nextPageToken", json_out=True)
+
+    names, token = [], None
+    while True:
+        answer = retrying(lambda: page(token), what=f"listing {directory}/{prefix}*")
+        names += [item["name"][len(key):] for item in answer.get("items", [])]
+        token = answer.get("nextPageToken")
+        if not token:
+            return sorted(names)
+
+
 @contextlib.contextmanager
 def local_copy(path: PathLike) -> Iterator[str]:
     """A local filename holding `path`'s bytes, for libraries that only open local files
@@ -89,8 +136,12 @@ def local_copy(path: PathLike) -> Iterator[str]:
         return
     with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
         local = os.path.join(tmp, path.name)
-        with path.open("rb") as src, open(local, "wb") as dst:
-            shutil.copyfileobj(src, dst)
+
+        def copy():  # whole again on a retry: "wb" starts the local file over
+            with path.open("rb") as src, open(local, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+
+        retrying(copy, what=f"copying {path} to a local file")
         yield local
 
 

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from zoo.data.pipelines import pretraining_store as store
+from zoo.data.pipelines.preparation_progress import Progress
 from zoo.data.pipelines.pretraining_examples import (
     Settings,
     encode_documents,
@@ -160,7 +161,8 @@ def prepare_pieces(
       workers: worker processes on this host (1 = in this process).
       process_index, process_count: this host's share: the shards i with
         i % process_count == process_index.
-      report: called with progress lines (shards done, MB/s, ETA) and waits.
+      report: called with progress lines (preparation_progress: shards done, examples/s,
+        MB/s, ETA) and waits.
       poll_seconds: how often a waiting process looks for the others' markers.
       tokenizer_id: tokenizer_fingerprint, when the caller has it.
 
@@ -196,8 +198,9 @@ def prepare_pieces(
     done = store.done_shards(directory)
     own = [i for i in range(len(pieces)) if i % process_count == process_index and i not in done]
     _make_shards(pieces, own, tokenizer, directory, settings, source, workers, report)
-    done = _wait_for_shards(directory, len(pieces), report, poll_seconds)
+    _wait_for_shards(directory, len(pieces), report, poll_seconds)
     if process_index == 0:
+        done = store.read_markers(directory, range(len(pieces)))
         rows = [done[i]["rows"] for i in range(len(pieces))]
         store.write_json(directory / store.MANIFEST, {
             "format": store.FORMAT_VERSION,
@@ -239,16 +242,17 @@ def _claim(directory, plan: dict, process_index: int, report, poll_seconds: floa
             f"{directory} to prepare it again with these inputs")
 
 
-def _wait_for_shards(directory, count: int, report, poll_seconds: float) -> dict[int, dict]:
+def _wait_for_shards(directory, count: int, report, poll_seconds: float) -> None:
+    """Until every shard's marker exists: one listing per poll (store.done_shards), never a
+    read of each marker."""
     done = store.done_shards(directory)
     while len(done) < count:
-        missing = sorted(set(range(count)) - set(done))
+        missing = sorted(set(range(count)) - done)
         if report:
-            report(f"waiting for {len(missing)} shards of other processes (e.g. "
+            report(f"waiting for {len(missing)} of {count} shards from other processes (e.g. "
                    f"{', '.join(map(str, missing[:5]))}) in {directory}")
         time.sleep(poll_seconds)
         done = store.done_shards(directory)
-    return done
 
 
 def _wait_for(condition, poll_seconds: float, report, message: str) -> None:
@@ -272,8 +276,8 @@ def _init_worker(tokenizer, directory: str, settings: Settings, source: str) -> 
                    source=source, word_starts=word_start_table(tokenizer))
 
 
-def _make_shard(task: tuple[int, Piece]) -> tuple[int, int]:
-    """Makes and writes one shard; returns (shard, bytes of input) for progress."""
+def _make_shard(task: tuple[int, Piece]) -> tuple[int, int, int]:
+    """Makes and writes one shard; returns (shard, size of input, examples) for progress."""
     shard, piece = task
     w = _WORKER
     where = f"{w['source']} shard {shard} ({piece.describe()})"
@@ -290,7 +294,7 @@ def _make_shard(task: tuple[int, Piece]) -> tuple[int, int]:
         "rows": int(len(labels)), "is_next": int(len(labels) - labels.sum()),
         "piece": piece.identity(),
     })
-    return shard, piece.size
+    return shard, piece.size, int(len(labels))
 
 
 def _make_shards(pieces, own: list[int], tokenizer, directory, settings, source, workers,
@@ -298,11 +302,9 @@ def _make_shards(pieces, own: list[int], tokenizer, directory, settings, source,
     if not own:
         return
     tasks = [(i, pieces[i]) for i in own]
-    total = sum(p.size for _, p in tasks)
     unit = "MB" if pieces[0].kind == "text" else pieces[0].kind.replace("tfds", "records")
-    scale = 1e6 if unit == "MB" else 1
-    start, done_size = time.perf_counter(), 0
     workers = min(workers, len(tasks))
+    progress = Progress(len(tasks), sum(p.size for _, p in tasks), unit, workers)
     if workers == 1:
         _init_worker(tokenizer, str(directory), settings, source)
         results = map(_make_shard, tasks)
@@ -313,16 +315,10 @@ def _make_shards(pieces, own: list[int], tokenizer, directory, settings, source,
             workers, _init_worker, (tokenizer, str(directory), settings, source))
         results = pool.imap_unordered(_make_shard, tasks)
     try:
-        for n, (_, size) in enumerate(results, 1):
-            done_size += size
+        for _, size, rows in results:
+            line = progress.update(size, rows)
             if report:
-                elapsed = time.perf_counter() - start
-                rate = done_size / scale / max(elapsed, 1e-9)
-                eta = (total - done_size) / scale / max(rate, 1e-9)
-                digits = 1 if unit == "MB" else 0
-                report(f"prepared {n}/{len(tasks)} shards ({done_size / scale:,.{digits}f} of "
-                       f"{total / scale:,.{digits}f} {unit}) in {elapsed:.1f} s: {rate:,.2f} "
-                       f"{unit}/s, {workers} worker{'s' * (workers > 1)}, ETA {eta:.0f} s")
+                report(line)
     finally:
         if pool is not None:
             pool.terminate()

@@ -14,19 +14,24 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
+import time
 
 import ml_collections
 
-from zoo.data.pipelines import pretraining, pretraining_store
+from zoo.data.pipelines import preparation_space, pretraining, pretraining_store
 from zoo.data.pipelines.pretraining_examples import Settings
 from zoo.data.pipelines.pretraining_store import PretrainingSource
 from zoo.data.readers import sources
 from zoo.data.tokenizers import base as tokenizers
 from zoo.data.tokenizers import prepared as saved_tokenizer
+from zoo.data.tokenizers import sample
 from zoo.errors import ConfigError, MissingFileError
 from zoo.paths import as_path
 
 TOKENIZER_DIR = "tokenizer"
+# Sentences a trained tokenizer sees at most (config.data.tokenizer_sample_sentences), as
+# SentencePiece's own documentation suggests for input_sentence_size: ~1-2 GB of memory.
+DEFAULT_SAMPLE = 10_000_000
 _SPLITS = ("train", "validation")
 # Settings field -> the config.data key it comes from (for messages naming the key).
 _KEYS = {
@@ -71,6 +76,11 @@ def prepare(data: ml_collections.ConfigDict, cache_dir: str, output_dir: str = "
     split_settings = settings(data)
     names = {"train": f"config.data.source={data.source!r} (train)",
              "validation": f"config.data.source={data.source!r} (validation)"}
+    # Before the tokenizer is trained: a disk too small should cost seconds, not hours.
+    preparation_space.check_free_space(
+        output_dir or cache_dir,
+        "config.data.prepared_dir" if output_dir else "config.data.cache_dir", pieces,
+        split_settings)
     workers = workers or os.cpu_count() or 1
     kwargs = dict(workers=workers, process_index=process_index, process_count=process_count,
                   report=report)
@@ -103,21 +113,38 @@ def _write_tokenizer(data, directory, train_pieces, process_index: int, report):
                                        "does not exist")
             name, content = source.name, source.read_bytes()
         else:
-            if report:
-                report(f"training a {data.tokenizer_type} SentencePiece tokenizer of "
-                       f"{data.vocab_size} pieces on the train documents")
-            trained = tokenizers.train_sentencepiece(
-                (s for doc in sources.StreamedDocuments(train_pieces) for s in doc),
-                data.vocab_size, data.tokenizer_type)
-            name = f"spm-{data.tokenizer_type}-{data.vocab_size}.model"
-            with tempfile.TemporaryDirectory() as tmp:
-                trained.save(os.path.join(tmp, name))
-                with open(os.path.join(tmp, name), "rb") as f:
-                    content = f.read()
-        saved_tokenizer.save(directory, name, content, data.get("lowercase", True))
+            name, content, trained_on = _train_tokenizer(data, train_pieces, report)
+        saved_tokenizer.save(directory, name, content, data.get("lowercase", True),
+                             trained_on if not data.tokenizer else None)
     pretraining._wait_for(lambda: saved_tokenizer.exists(directory), 2.0, report,
                           f"waiting for process 0 to write {directory / saved_tokenizer.INFO}")
     return saved_tokenizer.load(directory)
+
+
+def _train_tokenizer(data, train_pieces, report) -> tuple[str, bytes, dict]:
+    """A SentencePiece model trained on a bounded, seeded sample of the train sentences
+    (config.data.tokenizer_sample_sentences, config.data.seed): the name, the bytes, and
+    what it was trained on."""
+    size = sample.check_size(data.get("tokenizer_sample_sentences", DEFAULT_SAMPLE),
+                             "config.data.tokenizer_sample_sentences")
+    if report:
+        report(f"sampling at most {size:,} train sentences (seed {data.seed}) to train a "
+               f"{data.tokenizer_type} SentencePiece tokenizer of {data.vocab_size} pieces")
+    start = time.perf_counter()
+    sentences = (s for doc in sources.StreamedDocuments(train_pieces) for s in doc)
+    drawn = sample.sample_sentences(sentences, size, data.seed)
+    if report:
+        report(f"training on {len(drawn.sentences):,} of {drawn.seen:,} sentences (read in "
+               f"{time.perf_counter() - start:.1f} s)")
+    trained = tokenizers.train_sentencepiece(drawn.sentences, data.vocab_size,
+                                             data.tokenizer_type)
+    name = f"spm-{data.tokenizer_type}-{data.vocab_size}.model"
+    with tempfile.TemporaryDirectory() as tmp:
+        trained.save(os.path.join(tmp, name))
+        with open(os.path.join(tmp, name), "rb") as f:
+            content = f.read()
+    return name, content, {"sample_sentences": size, "seed": int(data.seed),
+                           "sentences": len(drawn.sentences), "corpus_sentences": drawn.seen}
 
 
 def check_tokenizer(data: ml_collections.ConfigDict, directory) -> None:

@@ -26,6 +26,7 @@ from typing import Protocol, runtime_checkable
 import sentencepiece as spm
 
 from zoo import paths
+from zoo.data.tokenizers import sample
 from zoo.data.tokenizers.gpt2_bpe import MERGES_FILE, VOCAB_FILE, GPT2Tokenizer
 from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 from zoo.errors import ConfigError, DataError, MissingFileError
@@ -290,8 +291,14 @@ def from_config(data, directory: str, train_documents) -> "Tokenizer":
     if data.tokenizer:
         return load_tokenizer(data.tokenizer, lowercase=data.get("lowercase", True))
     name = f"spm-{data.tokenizer_type}-{data.vocab_size}.model"
-    return load_or_train(
-        paths.join(directory, name),
-        lambda: (sentence for doc in train_documents for sentence in doc),
-        vocab_size=data.vocab_size, model_type=data.tokenizer_type,
-    )
+    size = data.get("tokenizer_sample_sentences")  # None (jobs without the key): every one
+
+    def texts():
+        sentences = (sentence for doc in train_documents for sentence in doc)
+        if size is None:
+            return sentences
+        size_ = sample.check_size(size, "config.data.tokenizer_sample_sentences")
+        return sample.sample_sentences(sentences, size_, data.get("seed", 0)).sentences
+
+    return load_or_train(paths.join(directory, name), texts, vocab_size=data.vocab_size,
+                         model_type=data.tokenizer_type)

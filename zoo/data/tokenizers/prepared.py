@@ -2,7 +2,9 @@
 it made, so training reads the exact tokenizer the data was prepared with.
 
     <directory>/<file>            a SentencePiece .model or a WordPiece vocab.txt
-    <directory>/tokenizer.json    {"file": ..., "lowercase": ...}, written last
+    <directory>/tokenizer.json    {"file": ..., "lowercase": ..., and for a trained model
+                                  "trained_on": {"sample_sentences", "seed", "sentences",
+                                  "corpus_sentences"}}, written last
 """
 
 import json
@@ -13,11 +15,16 @@ from zoo.data.tokenizers import base as tokenizers
 INFO = "tokenizer.json"
 
 
-def save(directory, name: str, content: bytes, lowercase: bool) -> None:
-    """Writes the tokenizer file, then the record naming it (its presence means complete)."""
+def save(directory, name: str, content: bytes, lowercase: bool,
+         trained_on: dict | None = None) -> None:
+    """Writes the tokenizer file, then the record naming it (its presence means complete);
+    `trained_on` says what a trained model saw (the sample's bound and seed)."""
     directory = paths.as_path(directory)
     paths.write_atomic(directory / name, content)
-    paths.write_atomic(directory / INFO, json.dumps({"file": name, "lowercase": bool(lowercase)}))
+    info = {"file": name, "lowercase": bool(lowercase)}
+    if trained_on is not None:
+        info["trained_on"] = trained_on
+    paths.write_atomic(directory / INFO, json.dumps(info, indent=1, sort_keys=True))
 
 
 def exists(directory) -> bool:
@@ -27,13 +34,13 @@ def exists(directory) -> bool:
 def file_of(directory):
     """The saved tokenizer file's path."""
     directory = paths.as_path(directory)
-    return directory / json.loads((directory / INFO).read_text())["file"]
+    return directory / json.loads(paths.read_bytes(directory / INFO))["file"]
 
 
 def load(directory) -> tokenizers.Tokenizer:
     """The saved tokenizer (through a local copy when the directory is in a bucket:
     SentencePiece reads only local files; both kinds read their file whole when loaded)."""
     directory = paths.as_path(directory)
-    info = json.loads((directory / INFO).read_text())
+    info = json.loads(paths.read_bytes(directory / INFO))
     with paths.local_copy(directory / info["file"]) as local:
         return tokenizers.load_tokenizer(local, lowercase=info["lowercase"])

@@ -1,0 +1,141 @@
+"""zoo.retry: transient errors are retried a bounded number of times with one log line each,
+anything else is raised at once; and against the test bucket with injected faults, gs:// reads
+and writes in zoo.paths ride out more faults than gcsfs absorbs alone, and give up after the
+bound with one clear error."""
+
+import logging
+
+import pytest
+
+from zoo import errors, paths, retry
+
+
+def HttpError(response):  # noqa: N802 - gcsfs's, imported late: gcsfs reads its settings
+    # from the environment at import, which the `gcs` fixture sets only when a test uses it
+    from gcsfs.retry import HttpError as gcsfs_http_error
+
+    return gcsfs_http_error(response)
+
+FAST = retry.Policy(attempts=3, first_delay_s=0.001, max_delay_s=0.001)
+
+
+@pytest.mark.parametrize("error, transient", [
+    (lambda: HttpError({"code": 503, "message": "backend"}), True),
+    (lambda: HttpError({"code": 429, "message": "slow down"}), True),
+    (lambda: HttpError({"code": 400, "message": "bad"}), False),
+    (lambda: ConnectionResetError(104, "reset by peer"), True),
+    (lambda: TimeoutError("read timed out"), True),
+    (lambda: FileNotFoundError("gs://b/x"), False),
+    (lambda: PermissionError("Forbidden"), False),
+    (lambda: ValueError("Expecting value: line 1 column 1"), False),
+])
+def test_what_counts_as_transient(error, transient):
+    assert retry.is_transient(error()) is transient
+
+
+def test_a_transient_error_raised_from_inside_another_counts():
+    try:
+        try:
+            raise ConnectionResetError("reset")
+        except ConnectionResetError as inner:
+            raise OSError("read failed") from inner
+    except OSError as outer:
+        assert retry.is_transient(outer)
+
+
+def test_transient_errors_are_retried_each_logged_once(caplog):
+    calls = []
+
+    def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise HttpError({"code": 503, "message": "backend"})
+        return "done"
+
+    with caplog.at_level(logging.WARNING, logger="zoo.retry"):
+        assert retry.retrying(flaky, what="reading gs://b/m.json", policy=FAST) == "done"
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(calls) == 3 and len(lines) == 2
+    assert lines[0].startswith("reading gs://b/m.json: attempt 1 of 3 failed (HttpError: ")
+    assert "503" in lines[0] and "attempt 2 of 3" in lines[1]
+
+
+def test_other_errors_are_raised_at_once():
+    calls = []
+
+    def missing():
+        calls.append(1)
+        raise FileNotFoundError("gs://b/m.json")
+
+    with pytest.raises(FileNotFoundError):
+        retry.retrying(missing, what="reading gs://b/m.json", policy=FAST)
+    assert len(calls) == 1
+
+
+def test_after_the_last_attempt_one_error_names_the_object_and_the_attempts():
+    calls = []
+
+    def down():
+        calls.append(1)
+        raise ConnectionResetError(104, "Connection reset by peer")
+
+    with pytest.raises(errors.StorageUnavailableError,
+                       match=r"reading gs://b/m.json: failed 3 times .*ConnectionResetError"
+                             r".*run again") as caught:
+        retry.retrying(down, what="reading gs://b/m.json", policy=FAST)
+    assert len(calls) == 3 and isinstance(caught.value.__cause__, ConnectionResetError)
+    assert isinstance(caught.value, errors.UserError)  # the CLI prints it as one line
+
+
+def test_the_backoff_grows_and_is_bounded_with_jitter():
+    policy = retry.Policy(attempts=5, first_delay_s=4, multiplier=4, max_delay_s=60)
+    delays = [policy.delay(k) for k in (1, 2, 3, 4)]
+    assert 2 <= delays[0] <= 4 and 8 <= delays[1] <= 16 and all(30 <= d <= 60
+                                                                 for d in delays[2:])
+
+
+# gcsfs tries each request 6 times; 7 faults make the 7th request, the first of zoo's second
+# attempt, fail too, and the 8th succeed.
+GCSFS_TRIES = 6
+
+
+def test_a_write_rides_out_more_503s_than_gcsfs_absorbs(gcs_knobs, gcs_bucket, fast_retries):
+    target = f"{gcs_bucket}/prepared/shard-00003.json"
+    gcs_knobs.fail(503, count=GCSFS_TRIES + 1, op="write", object="prepared/shard-*")
+    mark = gcs_knobs.mark()
+    paths.write_atomic(target, '{"rows": 7}')
+    writes = [r for r in gcs_knobs.requests(mark) if r["op"] == "write"]
+    assert [r["status"] for r in writes] == [503] * (GCSFS_TRIES + 1) + [200]
+    assert paths.read_bytes(target) == b'{"rows": 7}'
+
+
+def test_a_read_rides_out_dropped_and_reset_connections(gcs_knobs, gcs_bucket, fast_retries):
+    target = f"{gcs_bucket}/prepared/manifest.json"
+    paths.write_atomic(target, b"x" * 1000)
+    gcs_knobs.fail("drop", count=GCSFS_TRIES + 1, op="read")
+    assert paths.read_bytes(target) == b"x" * 1000
+    gcs_knobs.fail("reset", count=GCSFS_TRIES + 1, op="read")
+    assert paths.read_bytes(target) == b"x" * 1000
+    gcs_knobs.fail("drop", count=GCSFS_TRIES + 1, op="read")
+    with paths.local_copy(target) as local, open(local, "rb") as f:  # a tokenizer's way in
+        assert f.read() == b"x" * 1000
+
+
+def test_a_read_gives_up_after_the_bound_with_one_clear_error(gcs_knobs, gcs_bucket,
+                                                              fast_retries):
+    target = f"{gcs_bucket}/prepared/plan.json"
+    paths.write_atomic(target, "{}")
+    gcs_knobs.fail(503, count=1000, op="read")
+    mark = gcs_knobs.mark()
+    with pytest.raises(errors.StorageUnavailableError,
+                       match=rf"reading {target}: failed 3 times .*503"):
+        paths.read_bytes(target)
+    reads = [r for r in gcs_knobs.requests(mark) if r["op"] == "read"]
+    assert len(reads) == 3 * GCSFS_TRIES  # bounded: zoo's attempts x gcsfs's tries, no more
+
+
+def test_a_missing_object_is_not_retried(gcs_knobs, gcs_bucket, fast_retries):
+    mark = gcs_knobs.mark()
+    with pytest.raises(FileNotFoundError):
+        paths.read_bytes(f"{gcs_bucket}/prepared/none.json")
+    assert len(gcs_knobs.requests(mark)) == 1
