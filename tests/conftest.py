@@ -35,6 +35,7 @@ _LONG_MODULES = (
     "tests/test_rnn_translation.py",
     "tests/test_translation.py",
     "tests/train/test_faults.py",
+    "tests/test_bucket_training.py",
     "tests/test_gpt_finetune.py",
     # fast
     "tests/train/test_loop.py",
@@ -152,9 +153,7 @@ def gcs(tmp_path_factory):
     from tests.gcs_server import GcsServer
 
     server = GcsServer(str(tmp_path_factory.mktemp("gcs")))
-    # Prepared data read from the bucket is mirrored locally: into this session's temp dir,
-    # never the user's ~/.cache.
-    env = {**server.env(), "ZOO_PREPARED_MIRROR": str(tmp_path_factory.mktemp("mirror"))}
+    env = server.env()
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     yield server

@@ -88,7 +88,9 @@ class PretrainingTask(Task):
     def train_batches(self, process_index: int, process_count: int):
         return pretraining_batches.train_iterator(
             self.train_source, self.config.data.batch_size, self.config.data.seed,
-            process_index, process_count, num_workers=self.config.data.num_workers)
+            process_index, process_count, num_workers=self.config.data.num_workers,
+            run_rows=self.config.data.read_run_rows,
+            read_ahead_mb=self.config.data.read_ahead_mb)
 
     def eval_batches(self, process_index: int, process_count: int):
         return pretraining_batches.eval_batches(
@@ -111,9 +113,10 @@ class PretrainingTask(Task):
     def baselines(self) -> dict[str, float]:
         """Accuracy of always answering the most frequent label of the eval set: what a model
         that learned nothing about context would score."""
-        rows = [self.eval_source[i] for i in range(len(self.eval_source))]
-        nsp = np.asarray([r["next_sentence_labels"] for r in rows])
-        mlm = np.concatenate([r["masked_lm_ids"][r["masked_lm_weights"] > 0] for r in rows])
+        # One read of every row (from a bucket, one ranged GET per shard, not one per row).
+        rows = self.eval_source.read(np.arange(len(self.eval_source)))
+        nsp = rows["next_sentence_labels"]
+        mlm = rows["masked_lm_ids"][rows["masked_lm_weights"] > 0]
         return {
             "nsp_majority_accuracy": float(max(np.mean(nsp == 0), np.mean(nsp == 1))),
             "mlm_majority_accuracy": float(np.bincount(mlm).max() / len(mlm)),

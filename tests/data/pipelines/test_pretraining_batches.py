@@ -1,5 +1,6 @@
 """Batches of prepared BERT pretraining examples: dynamic masks, restore, process slices, eval."""
 
+import grain
 import numpy as np
 import pytest
 
@@ -145,3 +146,66 @@ def test_worker_processes_give_the_same_batches_restore_and_slice(dynamic_source
         it.close()  # stop the workers now, not at interpreter exit
     with pytest.raises(ValueError, match="config.data.num_workers=-1"):
         pb.train_iterator(src, batch_size, seed, num_workers=-1)
+
+
+def test_one_row_runs_are_the_old_pipelines_batches_bit_for_bit(dynamic_source):
+    # The order before runs existed: grain range(n).shuffle(seed).repeat().batch(B), process 1
+    # of 2 reading its half, masks keyed by (seed, epoch, index).
+    src, batch_size, seed = dynamic_source, 16, 9
+    n = len(src)
+    old = grain.MapDataset.range(n).shuffle(seed=seed).repeat().batch(batch_size)
+    it = pb.train_iterator(src, batch_size, seed, process_index=1, process_count=2, run_rows=1)
+    for step in range(-(-2 * n // batch_size)):  # two epochs
+        index = old[step][8:]
+        want = src.read(index)
+        epochs = (step * batch_size + np.arange(8, 16)) // n
+        want.update(masking.mask_batch(want["input_ids"], masking.masking_keys(seed, epochs,
+                                                                                index),
+                                       src.masking, src.word_starts))
+        got = next(it)
+        assert got.keys() == want.keys()
+        for k in want:
+            np.testing.assert_array_equal(got[k], want[k])
+
+
+@pytest.mark.parametrize("before, after", [(2, 1), (1, 2)])
+def test_a_position_resumes_on_another_process_count(dynamic_source, before, after):
+    src, batch_size, seed, r = dynamic_source, 8, 4, 4
+    whole = _take(pb.train_iterator(src, batch_size, seed, run_rows=r), 8)
+    first = [pb.train_iterator(src, batch_size, seed, p, before, run_rows=r)
+             for p in range(before)]
+    for _ in range(3):
+        for it in first:
+            next(it)
+    states = [it.get_state() for it in first]
+    assert all(s == states[0] for s in states)  # the global batch index, the same everywhere
+    resumed = [pb.train_iterator(src, batch_size, seed, p, after, run_rows=r)
+               for p in range(after)]
+    for it in resumed:
+        it.set_state(states[0])
+    for want in whole[3:]:
+        parts = [next(it) for it in resumed]
+        for k in want:
+            np.testing.assert_array_equal(np.concatenate([p[k] for p in parts]), want[k])
+
+
+def test_runs_keep_every_row_once_per_epoch_with_its_own_masks(dynamic_source):
+    src, batch_size, seed = dynamic_source, 8, 3
+    n = len(src)
+    index_of = {src[i]["input_ids"].tobytes(): i for i in range(n)}
+    it = pb.train_iterator(src, batch_size, seed, run_rows=4)
+    seen = []
+    for step in range(n // batch_size):  # the first epoch's full batches
+        batch = next(it)
+        for r in range(batch_size):
+            i = index_of[_unmasked(batch, r)]
+            alone = masking.mask_batch(src[i]["input_ids"][None],
+                                       masking.masking_keys(seed, 0, [i]), src.masking)
+            np.testing.assert_array_equal(batch["masked_lm_positions"][r],
+                                          alone["masked_lm_positions"][0])
+            seen.append(i)
+    assert len(set(seen)) == len(seen) == n // batch_size * batch_size
+    # Runs of 4 consecutive rows of a shard: most neighbours in the stream are neighbours on disk.
+    assert np.mean(np.diff(seen) == 1) > 0.5
+    with pytest.raises(ValueError, match="config.data.read_run_rows=0"):
+        pb.train_iterator(src, batch_size, seed, run_rows=0)

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from zoo.data.pipelines import pretraining_records
 from zoo.data.pipelines import pretraining_store as store
 from zoo.data.pipelines.preparation_progress import Progress
 from zoo.data.pipelines.pretraining_examples import (
@@ -290,7 +291,9 @@ def _make_shard(task: tuple[int, Piece]) -> tuple[int, int, int]:
                         "(config.data.shard_mb or config.data.num_shards)") from None
     arrays = shard_examples(docs, w["settings"], shard, w["tokenizer"], w["word_starts"], where)
     labels = arrays["next_sentence_labels"]
-    store.write_shard(w["directory"], shard, arrays, {
+    records = pretraining_records.encode(arrays, w["settings"], w["tokenizer"].vocab_size)
+    del arrays  # the records are a fifth of the features' bytes
+    store.write_shard(w["directory"], shard, records, {
         "rows": int(len(labels)), "is_next": int(len(labels) - labels.sum()),
         "piece": piece.identity(),
     })

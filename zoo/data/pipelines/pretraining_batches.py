@@ -9,7 +9,6 @@ the batch.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterator, Sequence
 
 import grain
@@ -18,28 +17,62 @@ import numpy as np
 from zoo.data.pipelines.batching import iterate, local_batch_size
 from zoo.data.pipelines.masking import mask_batch, masking_keys
 from zoo.data.pipelines.pretraining import PretrainingSource
+from zoo.data.pipelines.range_reader import ReadAhead
+from zoo.data.pipelines.run_order import RunOrder
 from zoo.errors import ConfigError
 
-
-def _read(source: PretrainingSource, indices: Sequence[int]) -> dict[str, np.ndarray]:
-    """The stored features of rows `indices`, stacked [len(indices), ...]."""
-    return source.read(indices)
+_MAX_READ_AHEAD = 16  # batches; grain keeps 8 more decoded ones in its own buffer
 
 
 def _batch(source: PretrainingSource, seed: int, indices, epochs) -> dict[str, np.ndarray]:
-    batch = _read(source, indices)
+    return _masked(source, seed, source.read(indices), indices, epochs)
+
+
+def _masked(source, seed, batch, indices, epochs) -> dict[str, np.ndarray]:
     if source.dynamic:
         batch.update(mask_batch(batch["input_ids"], masking_keys(seed, epochs, indices),
                                 source.masking, source.word_starts))
     return batch
 
 
-def _train_batch(source, seed, batch_size, process_index, local, step, indices):
-    # Global position p of the stream is index indices[p % B] of epoch p // n; only this
-    # process's rows [lo, lo + local) are read.
-    lo = process_index * local
-    epochs = (step * batch_size + np.arange(lo, lo + local)) // len(source)
-    return _batch(source, seed, indices[lo:lo + local], epochs)
+class _TrainBatches(Sequence):
+    """Step k -> this process's rows [lo, lo + local) of global batch k of the RunOrder stream
+    (a grain data source: its index is the checkpointed position)."""
+
+    _STEPS = 2**40  # "endless": grain needs a length; no run gets near it
+
+    def __init__(self, source: PretrainingSource, batch_size: int, seed: int, lo: int,
+                 local: int, run_rows: int, read_ahead: int, stride: int):
+        self._source, self._batch_size, self._seed = source, batch_size, seed
+        self._lo, self._local, self._ahead_depth, self._stride = lo, local, read_ahead, stride
+        self.order = RunOrder(source.shard_rows, run_rows, seed)
+        self._ahead = None
+
+    def __len__(self) -> int:
+        return self._STEPS
+
+    def spans(self, step: int) -> list[tuple[int, int, int, int]]:
+        start = step * self._batch_size + self._lo
+        return self.order.spans(start, start + self._local)
+
+    def _records(self, step: int) -> np.ndarray:
+        return self._source.records([span[:3] for span in self.spans(step)])
+
+    def __getitem__(self, step: int) -> dict[str, np.ndarray]:
+        step = int(step)
+        if self._ahead_depth and self._ahead is None:
+            self._ahead = ReadAhead(self._records, self._ahead_depth, self._stride)
+        spans = self.spans(step)
+        records = self._ahead.get(step) if self._ahead else self._records(step)
+        indices = np.concatenate([np.arange(self._source.global_index(s, lo),
+                                            self._source.global_index(s, hi))
+                                  for s, lo, hi, _ in spans])
+        epochs = np.concatenate([np.full(hi - lo, e) for _, lo, hi, e in spans])
+        return _masked(self._source, self._seed, self._source.decode(records), indices, epochs)
+
+    def __getstate__(self):
+        # Pickled into grain workers: each starts its own read-ahead threads.
+        return {**self.__dict__, "_ahead": None}
 
 
 def train_iterator(
@@ -49,15 +82,23 @@ def train_iterator(
     process_index: int = 0,
     process_count: int = 1,
     num_workers: int = 0,
+    run_rows: int = 1,
+    read_ahead_mb: float = 0,
 ) -> Iterator[dict[str, np.ndarray]]:
     """Endless, checkpointable (grain get_state/set_state) iterator of process-local batches.
 
-    The order is global: every epoch is a seeded permutation of all examples (a new one each
-    epoch), cut into global batches of `batch_size`; process i takes rows
-    [i * B / count, (i + 1) * B / count) of each. Only those rows are read. A dynamic source is
-    masked here with masking_keys(seed, epoch, example index), so masks do not depend on the
-    process count and a restored iterator redraws them exactly.
+    The order is global (zoo.data.pipelines.run_order): every epoch, the rows cut into runs of
+    `run_rows` consecutive rows of a shard (config.data.read_run_rows), the runs shuffled (a new
+    order each epoch), cut into global batches of `batch_size`; process i takes rows
+    [i * B / count, (i + 1) * B / count) of each, and reads only those: from a bucket, one
+    ranged GET per run it touches. The stream does not depend on the process count, so a
+    checkpoint (the global batch index) resumes on any. A dynamic source is masked here with
+    masking_keys(seed, epoch, example index), so masks do not depend on the process count and a
+    restored iterator redraws them exactly. run_rows = 1 is exactly the order of grain's
+    range(n).shuffle(seed).repeat().
 
+    From a bucket, the batches that come next are read on background threads, as many as fit
+    in `read_ahead_mb` of records (config.data.read_ahead_mb; at most 16; 0: none).
     `num_workers` > 0 builds batches in that many grain worker processes
     (config.data.num_workers); the batches are the same as with 0 (threads in this process).
     """
@@ -67,15 +108,15 @@ def train_iterator(
             f"config.data.batch_size={batch_size} exceeds the {len(source)} examples of "
             f"{source.path}; lower the batch size or add data"
         )
-    dataset = (
-        grain.MapDataset.range(len(source))
-        .shuffle(seed=seed)
-        .repeat()  # reshuffles every epoch
-        .batch(batch_size, drop_remainder=True)
-        .map_with_index(functools.partial(_train_batch, source, seed, batch_size,
-                                          process_index, local))
-    )
-    return iterate(dataset, num_workers)
+    if not isinstance(read_ahead_mb, (int, float)) or read_ahead_mb < 0:
+        raise ConfigError(f"config.data.read_ahead_mb={read_ahead_mb!r} must be a number >= 0 "
+                          "(megabytes of records read ahead from a bucket; 0 = none)")
+    depth = 0
+    if source.remote:
+        depth = min(_MAX_READ_AHEAD, int(read_ahead_mb * 2**20) // (local * source.dtype.itemsize))
+    batches = _TrainBatches(source, batch_size, seed, process_index * local, local, run_rows,
+                            depth, max(1, num_workers))
+    return iterate(grain.MapDataset.source(batches), num_workers)
 
 
 def eval_batches(

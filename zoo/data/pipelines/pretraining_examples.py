@@ -40,6 +40,9 @@ from zoo.data.pipelines.masking import MaskingSpec, mask_batch, masking_keys
 from zoo.data.pipelines.masking import check_max_predictions as _check_max_predictions
 from zoo.errors import ConfigError, DataError
 
+# Tags the rng that shuffles a shard's rows (pass rngs are keyed by dupe < 2**16).
+_SHUFFLE_STREAM = 1 << 16
+
 # Feature name -> (dtype, per-example shape in terms of L = max_seq_length, P = predictions).
 PAIR_FEATURES = {
     "input_ids": (np.int32, "L"),
@@ -359,7 +362,8 @@ def shard_examples(docs: list[list[np.ndarray]], settings: Settings, shard: int,
       source: names the piece in error messages.
 
     Returns:
-      feature name -> array [num_examples, *shape] for every `stored_features(settings)`.
+      feature name -> array [num_examples, *shape] for every `stored_features(settings)`,
+      rows shuffled by an rng seeded by (settings.seed, shard).
     """
     nonempty = _check_pairable(docs, source)
     spec = masking_spec(settings, tokenizer)
@@ -384,6 +388,11 @@ def shard_examples(docs: list[list[np.ndarray]], settings: Settings, shard: int,
             keys = masking_keys(settings.seed, (shard << 16) | dupe, np.arange(len(instances)))
             arrays.update(mask_batch(arrays["input_ids"], keys, spec, word_starts))
         passes.append({k: arrays[k].astype(names[k][0], copy=False) for k in names})
+    # Rows in a seeded random order, as the reference shuffles its instances: a run of
+    # consecutive rows (what training reads from a bucket in one request) is then a random
+    # sample of the shard, not consecutive pieces of one document.
+    order = np.random.default_rng([settings.seed, shard, _SHUFFLE_STREAM]).permutation(
+        sum(len(p["next_sentence_labels"]) for p in passes))
     # Feature by feature, each pass's array dropped once copied: the peak is the shard plus one
     # feature, not two shards (preparation memory is per worker, on hosts of hundreds of cores).
-    return {k: np.concatenate([p.pop(k) for p in passes]) for k in names}
+    return {k: np.concatenate([p.pop(k) for p in passes])[order] for k in names}

@@ -1,20 +1,21 @@
 """Prepared BERT pretraining examples on disk (a local directory or a gs:// bucket).
 
-A prepared directory holds, per shard i, one .npy file per feature and a marker
-`shard-<i>.json` written last; `word_starts.npy`; `plan.json` (what is being prepared: the
+A prepared directory holds, per shard i, `examples-<i>.npy` (a 1-D numpy structured array of
+fixed-size records, zoo.data.pipelines.pretraining_records; rows shuffled when prepared) and a
+marker `shard-<i>.json` written last; `word_starts.npy`; `plan.json` (what is being prepared: the
 settings, the tokenizer's fingerprint, the corpus pieces) written first; and `manifest.json`
 (the row counts of every shard) written once every shard's marker exists. Every file is written
 whole or not at all (zoo.paths.write_atomic: a renamed temporary file locally, one object upload
 on GCS), so a process killed at any moment leaves no file that looks complete: a shard counts as done only through its marker, the directory only
 through its manifest, and a rerun redoes only the shards without a marker.
 
-`PretrainingSource` reads a finished directory through memory maps; one in a bucket is first
-copied to a local mirror (random row access over the network would starve the accelerators).
+`PretrainingSource` reads a finished directory where it lies: a local one through memory maps,
+one in a bucket by ranged reads of the rows asked for (zoo.data.pipelines.range_reader); no
+host ever copies the directory.
 """
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import os
@@ -22,26 +23,22 @@ import os
 import numpy as np
 from etils import epath
 
-from zoo.data.pipelines.pretraining_examples import (
-    MLM_FEATURES,
-    PAIR_FEATURES,
-    MaskingSpec,
-    Settings,
-    feature_shapes,
-)
 from zoo import paths
+from zoo.data.pipelines import pretraining_records as records_format
+from zoo.data.pipelines.pretraining_examples import MaskingSpec, Settings
+from zoo.data.pipelines.range_reader import RemoteArrays
 from zoo.errors import DataError
 from zoo.retry import retrying
 
-FORMAT_VERSION = 2
+# 3: one file of fixed-size records per shard, rows shuffled (2: one int32 file per feature).
+FORMAT_VERSION = 3
 MANIFEST = "manifest.json"
 PLAN = "plan.json"
 WORD_STARTS = "word_starts.npy"
-MIRROR_ENV = "ZOO_PREPARED_MIRROR"  # where bucket directories are mirrored (default ~/.cache)
 
 
-def shard_file(feature: str, shard: int) -> str:
-    return f"{feature}-{shard:05d}.npy"
+def shard_file(shard: int) -> str:
+    return f"examples-{shard:05d}.npy"
 
 
 def marker_file(shard: int) -> str:
@@ -66,11 +63,10 @@ def write_word_starts(directory: epath.Path, table: np.ndarray) -> None:
     paths.write_atomic(directory / WORD_STARTS, _npy(table))
 
 
-def write_shard(directory: epath.Path, shard: int, arrays: dict[str, np.ndarray],
-                summary: dict) -> None:
-    """The shard's feature files, then its marker (the proof they are complete)."""
-    for feature, array in arrays.items():
-        paths.write_atomic(directory / shard_file(feature, shard), _npy(array))
+def write_shard(directory: epath.Path, shard: int, records: np.ndarray, summary: dict) -> None:
+    """The shard's records (pretraining_records.encode), then its marker (the proof they are
+    complete)."""
+    paths.write_atomic(directory / shard_file(shard), _npy(records))
     write_json(directory / marker_file(shard), summary)
 
 
@@ -97,130 +93,131 @@ def read_markers(directory: epath.Path, shards) -> dict[int, dict]:
     return {i: json.loads(found[url.split("://", 1)[1]]) for i, url in zip(shards, urls)}
 
 
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading.
-
-
-def _mirror_root() -> str:
-    """Where files from a bucket are mirrored: $ZOO_PREPARED_MIRROR, else ~/.cache/zoo/prepared."""
-    return os.environ.get(MIRROR_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "zoo",
-                                                      "prepared")
-
-
-def local_mirror(path: str) -> str:
-    """`path` itself when local; else a local mirror of the finished bucket directory: every
-    host reads rows of every shard (the order is a global shuffle), so each mirrors it whole.
-
-    The mirror lives under $ZOO_PREPARED_MIRROR (default ~/.cache/zoo/prepared), keyed by the
-    URL and the manifest's content, and is filled file by file under temporary names, so an
-    interrupted copy is resumed and a changed directory gets a new mirror.
-    """
-    if not paths.is_remote(path):
-        return os.fspath(paths.as_path(path))
-    remote = paths.as_path(path)
-    try:
-        manifest = (remote / MANIFEST).read_bytes()
-        fields = json.loads(manifest)
-        names = [WORD_STARTS] + [shard_file(f, s) for s in range(len(fields["shard_rows"]))
-                                 for f in fields["features"]]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise corrupt(path, f"unreadable manifest {remote / MANIFEST}: {e}") from None
-    # Named by the URL and the manifest: a directory prepared again gets a new mirror.
-    local = os.path.join(_mirror_root(), hashlib.sha256(path.encode() + b"\x00" + manifest)
-                         .hexdigest()[:20])
-    os.makedirs(local, exist_ok=True)
-    for name in names:
-        target = os.path.join(local, name)
-        if not os.path.exists(target):
-            tmp = f"{target}.tmp-{os.getpid()}"
-            with (remote / name).open("rb") as src, open(tmp, "wb") as dst:
-                while chunk := src.read(1 << 24):
-                    dst.write(chunk)
-            os.replace(tmp, target)
-    with open(os.path.join(local, MANIFEST), "wb") as f:
-        f.write(manifest)
-    return local
 
 
 class PretrainingSource:
     """Random access (a grain RandomAccessDataSource) to the examples of one prepared directory.
 
-    Rows are read through memory maps, so opening a large directory costs nothing. Every row
-    carries example_weight = 1.0 (padding rows built from zeros get 0). `dynamic` rows hold no
-    masked-LM features yet; `mask_batch` with `masking` and `word_starts` adds them.
+    A local directory is read through memory maps (opening a large one costs nothing); one in a
+    bucket through ranged reads of the rows asked for, never copied whole. Rows come back as
+    format 2's int32 / float32 features (pretraining_records.decode), each with
+    example_weight = 1.0 (padding rows built from zeros get 0). `dynamic` rows hold no masked-LM
+    features yet; `mask_batch` with `masking` and `word_starts` adds them.
     """
 
     def __init__(self, path: str):
         self.path = path
-        local = local_mirror(path)
-        manifest_path = os.path.join(local, MANIFEST)
+        root = paths.as_path(path)
+        self.remote = paths.is_remote(path)
         try:
-            with open(manifest_path) as f:
-                self.manifest = json.load(f)
+            self.manifest = json.loads((root / MANIFEST).read_text())
+            version = self.manifest.get("format")
+        except (OSError, ValueError, AttributeError) as e:
+            raise corrupt(path, f"unreadable manifest {root / MANIFEST}: {e}") from None
+        if version != FORMAT_VERSION:
+            raise DataError(
+                f"prepared pretraining data {path} is in format {version}, and this version of "
+                f"zoo reads format {FORMAT_VERSION} (one file of compact records per shard, "
+                "rows shuffled); prepare it again (python -m zoo.commands.prepare, or delete "
+                f"{path} and let the job prepare it)")
+        try:
             settings = Settings(**self.manifest["settings"])
             self.masking = MaskingSpec(**{**self.manifest["masking"], "special_ids": tuple(
                 self.manifest["masking"]["special_ids"])})
-            features = self.manifest["features"]
-            shard_rows = self.manifest["shard_rows"]
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            raise corrupt(path, f"unreadable manifest {manifest_path}: {e}") from None
+            shard_rows = [int(r) for r in self.manifest["shard_rows"]]
+        except (ValueError, KeyError, TypeError) as e:
+            raise corrupt(path, f"unreadable manifest {root / MANIFEST}: {e}") from None
         self.settings = settings
         self.dynamic = settings.dynamic_masking
-        shapes = feature_shapes(settings)
-        feature_dims = {**PAIR_FEATURES, **MLM_FEATURES}
-        self._arrays: list[dict[str, np.ndarray]] = []
-        for shard, rows in enumerate(shard_rows):
-            arrays = {}
-            for k in features:
-                file = os.path.join(local, shard_file(k, shard))
-                try:
-                    arr = np.load(file, mmap_mode="r")
-                except (OSError, ValueError) as e:
-                    raise corrupt(path, f"cannot read {file}: {e}") from None
-                dtype, dims = feature_dims[k]
-                if arr.shape != (rows, *shapes[dims]) or arr.dtype != dtype:
-                    raise corrupt(path, f"{file} holds {arr.dtype}{list(arr.shape)}, the "
-                                        f"manifest says {np.dtype(dtype)}{[rows, *shapes[dims]]}")
-                arrays[k] = arr
-            self._arrays.append(arrays)
+        self.shard_rows = shard_rows
+        self.dtype = records_format.record_dtype(settings, self.masking.vocab_size)
+        files = [root / shard_file(s) for s in range(len(shard_rows))]
+        if self.remote:
+            self._remote = RemoteArrays([os.fspath(f) for f in files], shard_rows, self.dtype)
+        else:
+            self._maps = [self._open_local(os.fspath(f), rows)
+                          for f, rows in zip(files, shard_rows)]
         try:
-            self.word_starts = np.load(os.path.join(local, WORD_STARTS))
+            self.word_starts = np.load(io.BytesIO((root / WORD_STARTS).read_bytes()))
         except (OSError, ValueError) as e:
             raise corrupt(path, f"cannot read {WORD_STARTS}: {e}") from None
         self._offsets = np.cumsum([0, *shard_rows])
 
+    def _open_local(self, file: str, rows: int) -> np.ndarray:
+        try:
+            array = np.load(file, mmap_mode="r")
+        except (OSError, ValueError) as e:
+            raise corrupt(self.path, f"cannot read {file}: {e}") from None
+        if array.shape != (rows,) or array.dtype != self.dtype:
+            raise corrupt(self.path, f"{file} holds {array.dtype}{list(array.shape)}, the "
+                                     f"manifest says {self.dtype}[{rows}]")
+        return array
+
     def __len__(self) -> int:
         return int(self._offsets[-1])
+
+    @property
+    def requests(self) -> int:
+        """Ranged GETs issued for rows so far (0 for a local directory)."""
+        return self._remote.requests if self.remote else 0
+
+    def global_index(self, shard: int, row: int) -> int:
+        return int(self._offsets[shard]) + row
+
+    def records(self, spans) -> np.ndarray:
+        """The stored records of rows [lo, hi) of shard s for each (s, lo, hi), concatenated:
+        one contiguous read (one GET in a bucket) per span."""
+        if self.remote:
+            return self._remote.read(spans)
+        parts = [self._maps[s][lo:hi] for s, lo, hi in spans]
+        return np.concatenate(parts) if parts else np.zeros(0, self.dtype)
+
+    def decode(self, records: np.ndarray) -> dict[str, np.ndarray]:
+        out = records_format.decode(records)
+        out["example_weight"] = np.ones(len(records), np.float32)
+        return out
 
     def __getitem__(self, index: int) -> dict[str, np.ndarray]:
         index = int(index)
         if not 0 <= index < len(self):
             raise IndexError(f"index {index} out of range for {len(self)} examples")
-        shard = int(np.searchsorted(self._offsets, index, side="right")) - 1
-        row = {k: np.array(v[index - self._offsets[shard]]) for k, v in
-               self._arrays[shard].items()}
-        row["example_weight"] = np.float32(1.0)
-        return row
+        return {k: v[0] for k, v in self.read([index]).items()}
 
     def read(self, indices) -> dict[str, np.ndarray]:
-        """Rows `indices` stacked [len(indices), ...]: one gather per shard and feature (5x
-        faster than row by row for a batch)."""
-        indices = np.asarray(indices, np.int64)
+        """Rows `indices` stacked [len(indices), ...]: locally one gather per shard; from a
+        bucket one GET per run of consecutive indices."""
+        indices = np.asarray(indices, np.int64).reshape(-1)
         if indices.size and not (0 <= indices.min() and indices.max() < len(self)):
             raise IndexError(f"indices out of range for {len(self)} examples")
+        if not indices.size:
+            return self.decode(np.zeros(0, self.dtype))
         shards = np.searchsorted(self._offsets, indices, side="right") - 1
         local = indices - self._offsets[shards]
-        out = {k: np.empty((len(indices), *v.shape[1:]), v.dtype)
-               for k, v in self._arrays[0].items()}
-        for shard in np.unique(shards):
-            rows = shards == shard
-            for k, v in self._arrays[shard].items():
-                out[k][rows] = v[local[rows]]
-        out["example_weight"] = np.ones(len(indices), np.float32)
-        return out
+        if not self.remote:
+            out = np.empty(len(indices), self.dtype)
+            for shard in np.unique(shards):
+                rows = shards == shard
+                out[rows] = self._maps[shard][local[rows]]
+            return self.decode(out)
+        # Sorted unique rows, cut where the next is not the next row of the same shard.
+        unique, inverse = np.unique(indices, return_inverse=True)
+        u_shards = np.searchsorted(self._offsets, unique, side="right") - 1
+        ends = [*(np.flatnonzero((np.diff(unique) != 1) | (np.diff(u_shards) != 0)) + 1),
+                len(unique)]
+        spans, start = [], 0
+        for end in ends:
+            s = int(u_shards[start])
+            lo = int(unique[start] - self._offsets[s])
+            spans.append((s, lo, lo + end - start))
+            start = end
+        return self.decode(self.records(spans)[inverse])
 
     def __reduce__(self):
-        # Reopen by path when pickled (grain workers): never pickle the memory maps' contents.
+        # Reopen by path when pickled (grain workers): never pickle memory maps or connections.
         return (PretrainingSource, (self.path,))
 
     def __repr__(self) -> str:

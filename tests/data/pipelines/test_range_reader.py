@@ -1,0 +1,121 @@
+"""Prepared data read where it lies in a bucket (a real GCS-API server on 127.0.0.1): the same
+batches as from local disk, a few ranged GETs per step, nothing copied to this host, and clear
+errors for a missing or truncated shard object; transient errors are retried."""
+
+import logging
+import os
+import time
+
+import fsspec
+import numpy as np
+import pytest
+
+from zoo import paths
+from zoo.data.pipelines import pretraining as pt
+from zoo.data.pipelines import pretraining_batches as pb
+from zoo.data.pipelines import pretraining_examples as examples
+from zoo.data.pipelines import pretraining_store as store
+from zoo.data.pipelines import range_reader
+from zoo.errors import DataError
+
+SETTINGS = examples.Settings(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=2,
+                             seed=7, dynamic_masking=True)
+
+
+@pytest.fixture(scope="module")
+def local(corpus, tok, tmp_path_factory):
+    return pt.prepare(corpus["validation"], tok, str(tmp_path_factory.mktemp("local")), "v",
+                      SETTINGS, num_shards=3).path
+
+
+def _upload(local_dir, url):
+    for name in os.listdir(local_dir):
+        paths.as_path(f"{url}/{name}").write_bytes(open(os.path.join(local_dir, name),
+                                                        "rb").read())
+    return url
+
+
+def _same(got, want):
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+
+
+def test_a_bucket_is_read_in_place_with_few_requests(local, gcs_bucket, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # where a mirror would have gone
+    url = _upload(local, f"{gcs_bucket}/prepared")
+    remote = store.PretrainingSource(url)
+    here = store.PretrainingSource(local)
+    assert remote.remote and not here.remote and len(remote) == len(here)
+    batch_size, local_rows, r = 16, 8, 4
+    for read_ahead_mb in (0, 1):
+        want = pb.train_iterator(here, batch_size, 5, 1, 2, run_rows=r)
+        got = pb.train_iterator(remote, batch_size, 5, 1, 2, run_rows=r,
+                                read_ahead_mb=read_ahead_mb)
+        before = remote.requests
+        steps = 2 * len(remote) // batch_size
+        for _ in range(steps):
+            _same(next(got), next(want))
+        # One GET per run touched: at most local / r + 2 per step (more only where an epoch's
+        # short last runs are), plus what was read ahead.
+        assert remote.requests - before <= steps * (local_rows / r + 2) + 16 * 5
+    _same(remote.read(np.arange(len(here))), here.read(np.arange(len(here))))
+    _same(pb.eval_batches(remote, 10, 0, 2)[-1], pb.eval_batches(here, 10, 0, 2)[-1])
+    assert not os.listdir(tmp_path)  # nothing copied to this host
+
+
+def test_a_missing_or_truncated_shard_object_is_one_clear_error(local, gcs_bucket):
+    url = _upload(local, f"{gcs_bucket}/prepared")
+    shard = paths.as_path(f"{url}/{store.shard_file(1)}")
+    whole = shard.read_bytes()
+    shard.write_bytes(whole[:-7])
+    with pytest.raises(DataError, match=rf"{shard}.*truncated.*prepare the directory again"):
+        store.PretrainingSource(url)
+    shard.unlink()
+    with pytest.raises(DataError, match=rf"{shard} is missing.*prepare the directory again"):
+        store.PretrainingSource(url)
+    shard.write_bytes(whole)
+    source = store.PretrainingSource(url)
+    shard.unlink()  # removed while training reads
+    with pytest.raises(DataError, match=rf"{shard} is missing"):
+        source.read(np.arange(len(source)))
+
+
+def test_transient_errors_are_retried_and_logged(local, gcs_bucket, monkeypatch, caplog,
+                                                 fast_retries):
+    url = _upload(local, f"{gcs_bucket}/prepared")
+    source = store.PretrainingSource(url)
+    want = store.PretrainingSource(local).read(np.arange(40))
+    fs = fsspec.filesystem("gs")
+    real, calls = fs.cat_ranges, []
+
+    def flaky(paths_, starts, ends, **kwargs):  # the first call: a dropped connection
+        calls.append(len(paths_))
+        got = real(paths_, starts, ends, **kwargs)
+        return [ConnectionResetError("connection reset by peer")] + got[1:] \
+            if len(calls) == 1 else got
+
+    monkeypatch.setattr(fs, "cat_ranges", flaky)
+    with caplog.at_level(logging.WARNING, logger="zoo.retry"):
+        _same(source.read(np.arange(40)), want)
+    assert len(calls) == 2 and calls[1] == 1  # only the failed range again
+    retries = [r for r in caplog.records if "attempt 1 of" in r.getMessage()]
+    assert len(retries) == 1 and "ConnectionResetError" in retries[0].getMessage()
+
+
+def test_read_ahead_fetches_the_next_keys_and_holds_a_bounded_number():
+    fetched = []
+
+    def fetch(key):
+        fetched.append(key)
+        return key * 10
+
+    ahead = range_reader.ReadAhead(fetch, depth=3, stride=2)
+    assert ahead.get(0) == 0
+    deadline = time.time() + 5
+    while len(fetched) < 4 and time.time() < deadline:
+        time.sleep(0.01)
+    assert sorted(fetched) == [0, 2, 4, 6]  # this consumer's next keys, fetched in background
+    assert [ahead.get(k) for k in (2, 4)] == [20, 40]
+    assert ahead.get(1000) == 10000  # a jump: fetched now, the stale keys dropped
+    assert len(ahead._pending) <= 6
+    ahead.close()

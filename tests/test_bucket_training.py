@@ -1,0 +1,105 @@
+"""Issue 29's done-when: tiny BERT pretraining reads its prepared data where it lies in a bucket
+(a real GCS-API server on 127.0.0.1), as 1 and as 2 processes, is SIGKILLed after a checkpoint
+and resumes with exactly the losses and parameters of a run that never stopped; no host copies
+the prepared directory (HOME and TMPDIR of every process stay empty of it)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.train import multihost
+from zoo import paths
+
+pytestmark = pytest.mark.acceptance
+
+STEPS, EVERY = 30, 10
+DEVICES = 2  # global devices of every run: 1 process x 2 or 2 processes x 1
+BATCH = 16
+
+
+def _command(workdir, prepared, script="train.py"):
+    argv = multihost.command(workdir, STEPS, EVERY, keep=STEPS)
+    argv[1] = os.path.join(multihost.ROOT, script)
+    return [*argv, f"--config.data.prepared_dir={prepared}", "--config.data.read_run_rows=4",
+            f"--config.data.batch_size={BATCH}"]
+
+
+def _envs(processes, home):
+    env = dict(multihost.base_env(DEVICES // processes, fast_compile=True), HOME=home,
+               TMPDIR=home)
+    port = multihost.free_port()
+    return [env if processes == 1 else
+            dict(env, JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+                 JAX_NUM_PROCESSES=str(processes), JAX_PROCESS_ID=str(index))
+            for index in range(processes)]
+
+
+def _killed_after_a_checkpoint(procs, workdir):
+    committed = os.path.join(workdir, "checkpoints", str(EVERY))
+    deadline = time.time() + 400
+    while True:
+        logged = multihost.records(workdir, "train") if os.path.exists(
+            os.path.join(workdir, "metrics.jsonl")) else {}
+        if os.path.isdir(committed) and max(logged, default=0) >= EVERY + 3:
+            break
+        for index, proc in enumerate(procs):
+            if proc.poll() is not None:
+                pytest.fail(multihost.failure(index, proc.returncode, proc.stderr.read()))
+        assert time.time() < deadline, "no checkpoint in time"
+        time.sleep(0.05)
+    for proc in procs:
+        proc.send_signal(signal.SIGKILL)
+    for proc in procs:
+        proc.communicate(timeout=60)
+    assert max(multihost.records(workdir, "train")) < STEPS
+
+
+def _local_bytes(home):
+    return {os.path.join(d, f): os.path.getsize(os.path.join(d, f))
+            for d, _, files in os.walk(home) for f in files}
+
+
+@pytest.fixture(scope="module")
+def bucket_data(gcs, tmp_path_factory):
+    prepared = f"gs://{gcs.bucket()}/prepared"
+    home = str(tmp_path_factory.mktemp("prepare-home"))
+    argv = _command(str(tmp_path_factory.mktemp("prep")), prepared)
+    argv[1:2] = ["-m", "zoo.commands.prepare"]
+    proc = subprocess.run(argv, cwd=multihost.ROOT, env=_envs(1, home)[0], capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    train = paths.as_path(prepared) / "train"
+    assert sum(p.name.startswith("examples-") for p in train.iterdir()) >= 1
+    # The run crosses an epoch boundary: the next epoch's order is read too.
+    assert json.loads((train / "manifest.json").read_text())["num_examples"] < BATCH * STEPS
+    return prepared
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(bucket_data, tmp_path_factory):
+    workdir = str(tmp_path_factory.mktemp("uninterrupted"))
+    home = str(tmp_path_factory.mktemp("home"))
+    multihost.finish(multihost.launch(_command(workdir, bucket_data), _envs(1, home)))
+    return workdir
+
+
+@pytest.mark.parametrize("processes", [1, 2])
+def test_killed_and_resumed_from_the_bucket_trains_as_if_never_stopped(
+        bucket_data, uninterrupted, processes, tmp_path):
+    workdir, home = str(tmp_path / "run"), str(tmp_path / "home")
+    os.makedirs(home)
+    argv = _command(workdir, bucket_data)
+    _killed_after_a_checkpoint(multihost.launch(argv, _envs(processes, home)), workdir)
+    saved = max(int(n) for n in os.listdir(os.path.join(workdir, "checkpoints")) if n.isdigit())
+    out = multihost.finish(multihost.launch(argv, _envs(processes, home)))
+    assert saved >= EVERY and f"starting at step {saved} of {STEPS}" in out
+    multihost.assert_same_training(workdir, uninterrupted, STEPS)
+    # No copy of the prepared data on this "host": nothing the size of a shard, no mirror.
+    local = _local_bytes(home)
+    assert not [f for f in local if "examples-" in f or "prepared" in f], local
+    assert sum(local.values()) < 100_000, local
