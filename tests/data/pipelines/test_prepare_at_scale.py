@@ -25,7 +25,7 @@ def test_a_waiting_host_lists_the_markers_once_per_poll_and_reads_none(gcs_knobs
     directory = paths.as_path(f"{gcs_bucket}/prepared/train")
     for shard in range(3):
         store.write_json(directory / store.marker_file(shard), {"rows": 1, "is_next": 0})
-        paths.write_atomic(directory / store.shard_file("input_ids", shard), b"rows")
+        paths.write_atomic(directory / store.shard_file(shard), b"rows")
     lines = []
     mark = gcs_knobs.mark()
     thread = threading.Thread(target=pt._wait_for_shards,
@@ -121,11 +121,13 @@ def test_what_a_resumed_preparation_holds_already_counts_as_written(corpus, tmp_
     data = _text_data(corpus, tmp_path)
     pieces = {"train": sources.plan_pieces(data, "train")}
     settings = pretraining_data.settings(data)
-    _, needed = preparation_space.estimate(pieces["train"][0].size, settings["train"])
+    _, needed = preparation_space.estimate(pieces["train"][0].size, settings["train"],
+                                           data.vocab_size)
     (tmp_path / "prepared" / "train").mkdir(parents=True)
-    (tmp_path / "prepared" / "train" / "input_ids-00000.npy").write_bytes(b"x" * needed)
+    (tmp_path / "prepared" / "train" / "examples-00000.npy").write_bytes(b"x" * needed)
     _small_disk(monkeypatch, 10_000)
-    preparation_space.check_free_space(tmp_path / "prepared", "k", pieces, settings)
+    preparation_space.check_free_space(tmp_path / "prepared", "k", pieces, settings,
+                                       data.vocab_size)
 
 
 def test_the_estimate_is_within_a_factor_of_three_of_what_is_written(corpus, tok, tmp_path):
@@ -135,7 +137,7 @@ def test_the_estimate_is_within_a_factor_of_three_of_what_is_written(corpus, tok
     settings = examples.Settings(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=2)
     pt.prepare_pieces(pieces, tok, str(tmp_path / "p"), settings)
     written = sum(f.stat().st_size for f in (tmp_path / "p").iterdir())
-    _, estimated = preparation_space.estimate(size, settings)
+    _, estimated = preparation_space.estimate(size, settings, tok.vocab_size)
     assert written / 3 < estimated < written * 3, (estimated, written)
 
 

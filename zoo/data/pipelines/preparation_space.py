@@ -2,8 +2,8 @@
 after hours of tokenizing costs the hours, and leaves the disk full for everything else.
 
 The estimate is made from the corpus size alone, before any tokenizer exists: tokens from
-bytes of text, examples from tokens, bytes from the stored features' shapes and dtypes
-(zoo.data.pipelines.pretraining_examples.stored_features, so it follows the format). It errs
+bytes of text, examples from tokens, bytes from the stored record's size
+(zoo.data.pipelines.pretraining_records.record_dtype, so it follows the format). It errs
 towards needing more: 0.3 tokens per byte (English text with a ~30k vocabulary gives ~0.25),
 examples 80% full (short documents and short_seq_prob leave padding). A bucket has no
 free-space figure and is not checked; nor are TFDS and synthetic sources, whose size is not
@@ -17,10 +17,9 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-
 from zoo import paths
-from zoo.data.pipelines.pretraining_examples import Settings, feature_shapes, stored_features
+from zoo.data.pipelines.pretraining_examples import Settings
+from zoo.data.pipelines.pretraining_records import record_dtype
 from zoo.data.readers.corpus_pieces import Piece
 from zoo.errors import UserError
 
@@ -28,22 +27,20 @@ TOKENS_PER_BYTE = 0.3
 FILL = 0.8  # tokens of an example that are not padding
 
 
-def example_bytes(settings: Settings) -> int:
-    """Bytes one stored example takes on disk."""
-    shapes = feature_shapes(settings)
-    return sum(math.prod(shapes[dims]) * np.dtype(dtype).itemsize
-               for dtype, dims in stored_features(settings).values())
+def example_bytes(settings: Settings, vocab_size: int) -> int:
+    """Bytes one stored example takes on disk: its format-3 record."""
+    return record_dtype(settings, vocab_size).itemsize
 
 
-def estimate(text_bytes: int, settings: Settings) -> tuple[int, int]:
+def estimate(text_bytes: int, settings: Settings, vocab_size: int) -> tuple[int, int]:
     """(examples, bytes) a preparation of `text_bytes` of text is expected to write."""
     per_pass = text_bytes * TOKENS_PER_BYTE / (FILL * max(settings.max_seq_length - 3, 1))
     examples = math.ceil(per_pass * settings.dupe_factor)
-    return examples, examples * example_bytes(settings)
+    return examples, examples * example_bytes(settings, vocab_size)
 
 
 def check_free_space(directory, key: str, pieces: Mapping[str, Sequence[Piece]],
-                     settings: Mapping[str, Settings]) -> None:
+                     settings: Mapping[str, Settings], vocab_size: int) -> None:
     """A UserError naming `directory`, `key` and the keys that shrink the data when the splits'
     `pieces` need more room than the disk under `directory` has free. What the directory holds
     already (a preparation being resumed) counts as written."""
@@ -53,7 +50,7 @@ def check_free_space(directory, key: str, pieces: Mapping[str, Sequence[Piece]],
             if ps and all(p.kind == "text" for p in ps)}
     if not text:
         return
-    total = sum(estimate(size, settings[split])[1] for split, size in text.items())
+    total = sum(estimate(size, settings[split], vocab_size)[1] for split, size in text.items())
     directory = os.fspath(paths.as_path(directory))
     needed = total - _bytes_under(directory)
     existing = directory
@@ -66,7 +63,7 @@ def check_free_space(directory, key: str, pieces: Mapping[str, Sequence[Piece]],
     raise UserError(
         f"{key}={directory}: preparing needs about {_gb(needed)} more ({_gb(sum(text.values()))}"
         f" of text at seq_len {train.max_seq_length}, dupe_factor {train.dupe_factor}, "
-        f"{example_bytes(train):,} bytes per example), but its disk has {_gb(free)} free. Free "
+        f"{example_bytes(train, vocab_size):,} bytes per example), but its disk has {_gb(free)} free. Free "
         f"space, give {key} a directory on a larger disk (or a gs:// bucket), or prepare less: "
         "config.data.dupe_factor, config.data.seq_len, config.data.dynamic_masking=True (no "
         "stored masks), fewer config.data.train_files")

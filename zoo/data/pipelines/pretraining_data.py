@@ -80,7 +80,7 @@ def prepare(data: ml_collections.ConfigDict, cache_dir: str, output_dir: str = "
     preparation_space.check_free_space(
         output_dir or cache_dir,
         "config.data.prepared_dir" if output_dir else "config.data.cache_dir", pieces,
-        split_settings)
+        split_settings, data.vocab_size)  # a given tokenizer's size is known later; near enough
     workers = workers or os.cpu_count() or 1
     kwargs = dict(workers=workers, process_index=process_index, process_count=process_count,
                   report=report)
