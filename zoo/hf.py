@@ -39,6 +39,7 @@ Example:
 import json
 import os
 import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -413,10 +414,11 @@ def save_pretrained(path: str | os.PathLike, model_config: bert.BertConfig | gpt
     Files: config.json, model.safetensors (as HF saves them: without the tied copies of the
     word embeddings), and for a WordPiece tokenizer vocab.txt + tokenizer_config.json. The
     directory appears whole or not at all: everything is written (and fsynced) into a hidden
-    sibling directory first, which is then renamed into place.
+    sibling directory first, which is then renamed into place. A gs://... `path` (no rename
+    there) is written locally first, then uploaded file by file with config.json last.
 
     Args:
-      path: the directory to create.
+      path: the directory to create, local or gs://bucket/....
       model_config: a BertConfig or GPTConfig.
       params: the model's params (boxed or not; a {"params": ...} dict is unwrapped).
       tokenizer: a zoo WordPieceTokenizer (BERT only) or None.
@@ -465,7 +467,10 @@ def save_pretrained(path: str | os.PathLike, model_config: bert.BertConfig | gpt
         if tokenizer is not None:
             _write_wordpiece(directory, tokenizer, model_config)
 
-    _write_directory(Path(path), write, overwrite)
+    if paths.is_remote(path):
+        _write_remote_directory(paths.as_path(path), write, overwrite)
+    else:
+        _write_directory(Path(path), write, overwrite)
 
 
 def _check_architecture(arch: str, family: str) -> None:
@@ -568,3 +573,26 @@ def _write_directory(path: Path, write: Callable[[Path], None], overwrite: bool)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def _write_remote_directory(path: Any, write: Callable[[Path], None], overwrite: bool) -> None:
+    """`_write_directory` for a gs:// `path` (an epath.Path): GCS has no directories and no
+    rename, so write(tmp) runs in a local temporary directory and each file is then uploaded
+    whole (one object each, zoo.paths.write_atomic), config.json last: a reader that finds
+    config.json finds the weights and tokenizer beside it. Replacing deletes the old objects
+    first, so a crash during the upload leaves no config.json (never an old config beside new
+    weights)."""
+    if path.is_file():
+        raise FileExistsError(f"save_pretrained: {path} exists and is not a directory")
+    replacing = path.is_dir() and any(path.iterdir())
+    if replacing and not overwrite:
+        raise FileExistsError(f"save_pretrained: {path} exists and is not empty; pass "
+                              "overwrite=True to replace it (the whole directory)")
+    with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
+        local = Path(tmp)
+        write(local)
+        names = sorted((f.name for f in local.iterdir()), key=lambda n: (n == CONFIG_FILE, n))
+        if replacing:
+            path.rmtree()
+        for name in names:
+            paths.write_atomic(path / name, (local / name).read_bytes())

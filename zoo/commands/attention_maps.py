@@ -552,7 +552,7 @@ def main(argv: Sequence[str]) -> list[str]:
     elif fv.config is not None and fv.workdir:
         _check_family(fv.config, f"--config={config_flags.get_config_filename(fv['config'])}")
         model, params, tokenizer = _from_workdir(fv.config, fv.workdir)
-        out = fv.out or os.path.join(fv.workdir, "attention")
+        out = fv.out or paths.join(fv.workdir, "attention")
     else:
         raise ConfigError("say which model: --config=configs/<job>.py --workdir=DIR (a trained "
                           "run) or --pretrained=DIR (a Hugging Face or google-research directory)")
@@ -564,16 +564,16 @@ def main(argv: Sequence[str]) -> list[str]:
                               target=fv.target)
     if isinstance(model, (transformer.EncoderDecoder, seq2seq.Seq2Seq)) and fv.target is None:
         print(f"translation: {_translation(model, all_maps, tokenizer)}", flush=True)
-    paths = []
+    written = []
     for maps in all_maps:
         try:
-            path = draw(maps, os.path.join(out, f"{maps.kind}.png"), layers=layers, heads=heads)
+            path = draw(maps, paths.join(out, f"{maps.kind}.png"), layers=layers, heads=heads)
         except OSError as e:  # a file in the way, no permission, a full disk
             raise ConfigError(f"--out={out} cannot be written ({e}); give a directory you can "
                               "write") from e
         print(path, flush=True)
-        paths.append(path)
-    return paths
+        written.append(path)
+    return written
 
 
 if __name__ == "__main__":

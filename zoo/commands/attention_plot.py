@@ -6,13 +6,14 @@ and so the font handling (CJK sources need a fallback font) lives in one place.
 """
 
 import functools
-import os
+import io
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from zoo import paths
 from zoo.errors import ConfigError
 
 # Families that cover CJK and other scripts DejaVu Sans lacks (the synthetic translation task's
@@ -68,7 +69,8 @@ def draw(maps: Any, path: str, *, layers: Sequence[int] | None = None,
       maps: what to draw (a zoo.commands.attention_maps.AttentionMaps: weights [L, H, q, k],
         the tokens, title, row_label / column_label, and per_head: whether to name layers and
         heads).
-      path: the PNG to write (its directory is created).
+      path: the PNG to write, local or gs://... (its directory is created; the PNG is rendered
+        in memory and written whole, one upload on GCS).
       layers, heads: indices to draw (default all).
 
     Returns:
@@ -117,12 +119,13 @@ def draw(maps: Any, path: str, *, layers: Sequence[int] | None = None,
         fig.colorbar(image, ax=axes.ravel().tolist(), shrink=min(1.0, 0.9 / rows + 0.1),
                      label="attention weight")
         fig.suptitle(maps.title)
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        fig.savefig(path, dpi=100, metadata={
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=100, metadata={
             "Title": maps.title,
             "Layers": ",".join(map(str, layers)),
             "Heads": ",".join(map(str, heads)),
             "Panels": str(rows * cols),
         })
         plt.close(fig)
+    paths.write_atomic(path, png.getvalue())
     return path

@@ -17,7 +17,7 @@ Words are lower-cased before lookup, as the corpus was; a word not in the vocabu
 naming it.
 """
 
-import os
+import io
 import sys
 from collections.abc import Sequence
 
@@ -57,7 +57,8 @@ def analogy(vocab: Vocabulary, table: np.ndarray, a: str, b: str, c: str, k: int
 
 def write_vectors(path: str, words: Sequence[str], table: np.ndarray, binary: bool = False
                   ) -> str:
-    """Writes `table` [V, D] in the word2vec format (text, or binary float32); returns path.
+    """Writes `table` [V, D] in the word2vec format (text, or binary float32) to `path`, local or
+    gs://... (its directory is created); returns path.
 
     Text values are printed with 9 significant digits, which read back to the same float32.
     """
@@ -67,21 +68,22 @@ def write_vectors(path: str, words: Sequence[str], table: np.ndarray, binary: bo
     bad = [w for w in words if not w or any(ch.isspace() for ch in w)]
     if bad:
         raise ValueError(f"write_vectors: words must be non-empty without whitespace: {bad[:3]}")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    header = f"{table.shape[0]} {table.shape[1]}\n".encode()
-    with open(path, "wb") as f:
-        f.write(header)
-        for word, row in zip(words, table):
-            if binary:
-                f.write(word.encode("utf-8") + b" " + row.astype("<f4").tobytes() + b"\n")
-            else:
-                f.write((word + " " + " ".join(f"{x:.9g}" for x in row) + "\n").encode("utf-8"))
+    # Rendered in memory, then written whole (one upload to a gs:// path; temp file + rename
+    # locally): a reader never meets half a table.
+    f = io.BytesIO()
+    f.write(f"{table.shape[0]} {table.shape[1]}\n".encode())
+    for word, row in zip(words, table):
+        if binary:
+            f.write(word.encode("utf-8") + b" " + row.astype("<f4").tobytes() + b"\n")
+        else:
+            f.write((word + " " + " ".join(f"{x:.9g}" for x in row) + "\n").encode("utf-8"))
+    paths.write_atomic(path, f.getvalue())
     return path
 
 
 def read_vectors(path: str, binary: bool = False) -> tuple[list[str], np.ndarray]:
     """Reads a word2vec-format file (as write_vectors writes it) -> (words, float32 [V, D])."""
-    with open(path, "rb") as f:
+    with paths.as_path(path).open("rb") as f:
         try:
             num, dim = (int(x) for x in f.readline().split())
         except ValueError:
