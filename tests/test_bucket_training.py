@@ -1,6 +1,7 @@
 """Issue 29's done-when: tiny BERT pretraining reads its prepared data where it lies in a bucket
-(a real GCS-API server on 127.0.0.1), as 1 and as 2 processes, is SIGKILLed after a checkpoint
-and resumes with exactly the losses and parameters of a run that never stopped; no host copies
+(a real GCS-API server on 127.0.0.1), as 1, 2 and 4 processes, is SIGKILLed after a checkpoint
+and resumes - on as many processes, or on 2 -> 1 and 1 -> 2 - with exactly the losses and
+parameters of a run that never stopped; no host copies
 the prepared directory (HOME and TMPDIR of every process stay empty of it)."""
 
 import json
@@ -18,7 +19,7 @@ from zoo import paths
 pytestmark = pytest.mark.acceptance
 
 STEPS, EVERY = 30, 10
-DEVICES = 2  # global devices of every run: 1 process x 2 or 2 processes x 1
+DEVICES = 4  # global devices of every run: 1 process x 4, 2 x 2 or 4 x 1
 BATCH = 16
 
 
@@ -88,15 +89,17 @@ def uninterrupted(bucket_data, tmp_path_factory):
     return workdir
 
 
-@pytest.mark.parametrize("processes", [1, 2])
+# (processes before the kill, processes after): the data's position is global (the step), so a
+# relaunch on another number of hosts reads on from the same global batch.
+@pytest.mark.parametrize("before,after", [(1, 1), (2, 2), (4, 4), (2, 1), (1, 2)])
 def test_killed_and_resumed_from_the_bucket_trains_as_if_never_stopped(
-        bucket_data, uninterrupted, processes, tmp_path):
+        bucket_data, uninterrupted, before, after, tmp_path):
     workdir, home = str(tmp_path / "run"), str(tmp_path / "home")
     os.makedirs(home)
     argv = _command(workdir, bucket_data)
-    _killed_after_a_checkpoint(multihost.launch(argv, _envs(processes, home)), workdir)
+    _killed_after_a_checkpoint(multihost.launch(argv, _envs(before, home)), workdir)
     saved = max(int(n) for n in os.listdir(os.path.join(workdir, "checkpoints")) if n.isdigit())
-    out = multihost.finish(multihost.launch(argv, _envs(processes, home)))
+    out = multihost.finish(multihost.launch(argv, _envs(after, home)))
     assert saved >= EVERY and f"starting at step {saved} of {STEPS}" in out
     multihost.assert_same_training(workdir, uninterrupted, STEPS)
     # No copy of the prepared data on this "host": nothing the size of a shard, no mirror.
