@@ -39,7 +39,7 @@ import time
 import types
 from collections.abc import Callable
 
-from benchmarks import data_prepare, machine
+from benchmarks import data_bucket, data_prepare, machine
 
 VOCAB_SIZE = 30522  # BERT's uncased WordPiece vocabulary
 # vCPUs of one TPU VM host (v4: 240), what the per-CPU rate is projected onto.
@@ -165,7 +165,9 @@ STAGES: dict[str, Callable] = {
     "pretraining_dynamic": _pretraining(dynamic=True),
     "squad": _squad,
     "prepare": data_prepare.stage,  # MB/s of preparation and its memory (not examples/s)
+    "bucket": data_bucket.stage,  # the train iterator from a gs:// bucket vs from local disk
 }
+_OWN_TABLES = ("prepare", "bucket")  # stages with a table of their own
 
 
 # ---------------------------------------------------------------------------------------------
@@ -185,14 +187,16 @@ def _table(records: list[dict], need: dict, args) -> str:
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for r in records:
-        if r["stage"] == "prepare":
+        if r["stage"] in _OWN_TABLES:
             continue
         lines.append(
             f"| {r['stage']} | {r['workers']} | {r['examples_per_s']:,.0f} | "
             f"{r['ratio']:.2f} | {r['per_cpu']:,.0f} | {r['projected_host']:,.0f} | "
             f"{r['first_batch_s']:.2f} |")
     prepared = [r for r in records if r["stage"] == "prepare"]
-    return "\n".join(lines) + "\n" + (data_prepare.table(prepared) if prepared else "")
+    bucket = [r for r in records if r["stage"] == "bucket"]
+    return ("\n".join(lines) + "\n" + (data_prepare.table(prepared) if prepared else "")
+            + (data_bucket.table(bucket, need, args.host_cpus) if bucket else ""))
 
 
 def _plot(records: list[dict], need: dict, path: str) -> None:
@@ -202,10 +206,15 @@ def _plot(records: list[dict], need: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for stage in dict.fromkeys(r["stage"] for r in records if r["stage"] != "prepare"):
+    for stage in dict.fromkeys(r["stage"] for r in records if r["stage"] not in _OWN_TABLES):
         rs = [r for r in records if r["stage"] == stage]
         ax.plot([r["workers"] for r in rs], [r["examples_per_s"] for r in rs], "o-",
                 label=stage)
+    for r in records:  # at 0 workers: the train iterator's threads, per simulated host
+        if r["stage"] == "bucket":
+            where = f"gs:// {r['latency_ms']} ms" if r["read_from"] == "bucket" else "local"
+            ax.plot([0], [r["examples_per_s"]], "s^"[r["hosts"] > 1],
+                    label=f"bucket stage: {where}, {r['hosts']} host(s), per host")
     ax.axhline(need["examples_per_s"], color="k", ls="--", label="demand (BERT-base seq 128)")
     ax.axhline(2 * need["examples_per_s"], color="k", ls=":", label="goal: 2x demand")
     ax.set_xlabel("grain worker processes (0 = threads in the training process)")
@@ -234,6 +243,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--mfu", type=float, default=0.5)
     parser.add_argument("--host-cpus", type=int,
                         help="CPUs of the accelerator host (default: its TPU VM's)")
+    parser.add_argument("--latency-ms", type=int, default=30,
+                        help="stage bucket: the test bucket's delay per request")
+    parser.add_argument("--run-rows", type=int,
+                        help="stage bucket: rows per ranged read (default: "
+                             "config.data.read_run_rows)")
+    parser.add_argument("--read-ahead-mb", type=float,
+                        help="stage bucket: default config.data.read_ahead_mb")
     parser.add_argument("--out", help="results directory (default benchmarks/results/<machine>)")
     args = parser.parse_args(argv)
     unknown = set(args.stages.split(",")) - set(STAGES)
@@ -249,6 +265,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.entities, args.dupe_factor = (150, 1) if args.quick else (2000, 5)
     # Preparation: a corpus of ~0.25 MB (quick) or ~3.8 MB (1x; 8x ~30 MB), shards of shard_mb.
     args.prepare_entities, args.shard_mb = (1000, 0.1) if args.quick else (20000, 4.0)
+    from configs import bert_pretrain
+
+    pretrain_data = bert_pretrain.get_config("size=base").data
+    args.run_rows = args.run_rows or pretrain_data.read_run_rows
+    args.read_ahead_mb = (pretrain_data.read_ahead_mb if args.read_ahead_mb is None
+                          else args.read_ahead_mb)
     args.host_cpus = args.host_cpus or HOST_CPUS.get(args.accelerator, os.cpu_count())
     return args
 
@@ -270,6 +292,9 @@ def main(argv=None) -> list[dict]:
         rec.update(ratio=rec["examples_per_s"] / need["examples_per_s"],
                    per_cpu=rec["examples_per_s"] / cpus)
         rec["projected_host"] = rec["per_cpu"] * args.host_cpus
+        if rec["stage"] == "bucket":
+            print(data_bucket.describe(rec), flush=True)
+            return
         print(f"{rec['stage']:<20} workers={rec['workers']:<2} "
               f"{rec['examples_per_s']:>10.1f} examples/s  ratio={rec['ratio']:.3f}  "
               f"per_cpu={rec['per_cpu']:.1f}  (first batch {rec['first_batch_s']:.2f} s)",

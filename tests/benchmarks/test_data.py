@@ -69,3 +69,37 @@ def test_prepare_stage_reports_mb_per_s_and_memory_at_1x_and_8x(tmp_path):
     table = (tmp_path / "data.md").read_text()
     assert f"Peak memory at 8x the corpus / at 1x (1 worker): " \
            f"{eight['rss_mb'] / one['rss_mb']:.2f}" in table
+
+
+def test_bucket_stage_reads_each_hosts_share_in_place_and_counts_it_from_the_log(tmp_path):
+    # A tiny directory, 30 ms per request, 1 and 4 simulated hosts: ~15 s.
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.data", "--quick", "--out", str(tmp_path),
+         "--stages", "bucket"],
+        capture_output=True, text=True, timeout=180,
+        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = [json.loads(x) for x in (tmp_path / "data.jsonl").read_text().splitlines()][1:]
+    assert [(r["read_from"], r["hosts"]) for r in records] == [
+        ("local", 1), ("bucket", 1), ("local", 4), ("bucket", 4)]
+    for r in records:
+        assert len(r["per_host"]) == r["hosts"] and r["examples_per_s"] > 0
+        if r["read_from"] == "local":
+            assert r["peak_disk_bytes"] == r["directory_bytes"] > 0
+            continue
+        assert r["latency_ms"] == 30 and r["peak_disk_bytes"] == 0  # nothing mirrored
+        for host in r["per_host"]:
+            # Every span of every step the host consumed was one logged ranged GET, and the
+            # row bytes scaled to an epoch are its share: no host reads another's rows.
+            assert host["missing_spans"] == 0
+            assert host["row_bytes_over_share"] == pytest.approx(1.0, abs=0.1)
+            # One GET per run a step touches: at most local / run_rows + 2 per step.
+            local = r["local_batch"]
+            assert host["rows_requests"] <= (2 * host["steps_per_epoch"] + 1) * (
+                local / r["run_rows"] + 2)
+            # Opening (manifest, listing, headers, word_starts) is a few sequential requests,
+            # each waiting the latency.
+            assert host["open_requests"] >= 3 and host["first_batch_s"] > 0.09
+    assert records[3]["share_bytes"] == pytest.approx(records[1]["share_bytes"] / 4)
+    table = (tmp_path / "data.md").read_text()
+    assert table.count("| gs:// (30 ms) |") == 2 and table.count("| local disk |") == 2
