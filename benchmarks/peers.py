@@ -21,10 +21,18 @@ Like for like:
   the size of XLA's CPU thread pool.
 Timing mirrors benchmarks.machine.time_call: warm-up calls, then the median of `repeats` calls,
 each ended by torch.cuda.synchronize() on a GPU (CUDA, like JAX, runs asynchronously).
+
+The JAX peer of our GPT, Hugging Face transformers v4's FlaxGPT2LMHeadModel (v5 dropped its
+JAX models), needs transformers 4.x with flax and so a venv of its own: `HFFlaxPeer` runs
+benchmarks/hf_flax_peer.py under that venv's python and steps it on request, so that
+benchmarks.step can time its step and ours in turns.
 """
 
+import json
 import os
 import statistics
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +41,7 @@ import numpy as np
 
 from zoo.convert import bert as bert_convert
 from zoo.convert import gpt2 as gpt2_convert
+from zoo.errors import ConfigError
 from zoo.models.bert import BertConfig
 from zoo.models.gpt import GPTConfig
 
@@ -267,3 +276,78 @@ def time_recurrent(kind: str, pass_: str, batch: int, steps: int, features: int,
         (0.5 * layer(xg)[0].square().sum()).backward()
 
     return _time(forward if pass_ == "forward" else forward_backward, sync, warmup, repeats)
+
+
+HF_FLAX_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hf_flax_peer.py")
+HF_FLAX_VENV = ("python3 -m venv /tmp/hfflax && /tmp/hfflax/bin/pip install "
+                "'transformers==4.57.6' flax==0.12.8 jax==0.10.2 optax==0.2.8")
+
+
+def hf_flax_settings(config: GPTConfig, optim: Any, batch: int, seq_len: int, *,
+                     dtype: str = "float32", warmup: int = 1, seed: int = 0) -> dict[str, Any]:
+    """The settings benchmarks/hf_flax_peer.py builds its GPT-2 and step from: our model's
+    shape, dropout and epsilon, our optimizer config's AdamW, clipping and schedule, our batch
+    shape and compute dtype."""
+    return dict(
+        num_layers=config.num_layers, num_heads=config.num_heads, embed_dim=config.embed_dim,
+        mlp_dim=config.mlp_dim, vocab_size=config.vocab_size, max_len=config.max_len,
+        dropout_rate=config.dropout_rate, attention_dropout_rate=config.attention_dropout_rate,
+        layer_norm_epsilon=config.layer_norm_epsilon, batch=batch, seq_len=seq_len,
+        learning_rate=optim.learning_rate, warmup_steps=int(optim.warmup_steps),
+        total_steps=int(optim.total_steps), b1=optim.b1, b2=optim.b2, eps=optim.eps,
+        weight_decay=optim.weight_decay, clip_norm=optim.clip_norm, dtype=dtype, warmup=warmup,
+        seed=seed)
+
+
+class HFFlaxPeer:
+    """FlaxGPT2LMHeadModel's train step in another venv's process (benchmarks/hf_flax_peer.py
+    in its serve mode), built, compiled and warmed up on construction; `step()` runs one step
+    there and returns its wall and CPU seconds as timed in that process ({'wall_s', 'cpu_s'}).
+    Use as a context manager."""
+
+    def __init__(self, python: str, settings: dict[str, Any]):
+        # The peer's stderr, kept for the error message should it fail; closed in close().
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
+        # On a GPU our process holds JAX's preallocated share; the peer allocates as it goes.
+        env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+        try:
+            self._process = subprocess.Popen(
+                [python, HF_FLAX_SCRIPT, json.dumps(dict(settings, serve=True))],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
+                env=env)
+        except OSError as error:
+            self._stderr.close()
+            raise ConfigError(f"--hf-flax-python {python}: cannot run it ({error}); make the "
+                              f"venv with: {HF_FLAX_VENV}") from None
+        self.info = self._answer()
+
+    def _answer(self) -> Any:
+        # The libraries may print to stdout first; the peer's answers are its JSON lines.
+        for line in self._process.stdout:
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                continue
+        self._process.wait()
+        self._stderr.seek(0)
+        tail = self._stderr.read()[-2000:]
+        raise ConfigError(f"the HF Flax peer ({HF_FLAX_SCRIPT}) exited with status "
+                          f"{self._process.returncode}; a venv for it: {HF_FLAX_VENV}\n{tail}")
+
+    def step(self) -> dict[str, float]:
+        self._process.stdin.write("step\n")
+        self._process.stdin.flush()
+        return self._answer()
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._process.stdin.write("quit\n")
+            self._process.stdin.close()
+            self._process.wait(timeout=60)
+        self._stderr.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -5,6 +5,8 @@ same models in PyTorch (Hugging Face transformers) and our LSTM beside torch.nn.
     python -m benchmarks.step --full     # GPU: BERT base/large, GPT-2 124M/355M at 128/512/1024
     python -m benchmarks.step --quick --models gpt --sizes tiny --seq-lens 64 --profile /tmp/tr
     python -m benchmarks.step --quick --models none --lstm 128x256   # the LSTM beside torch only
+    python -m benchmarks.step --quick --models gpt --sizes mini --seq-lens 128 --batch 8 \
+        --lstm none --hf-flax-python /tmp/hfflax/bin/python   # GPT beside HF Flax, in turns
 
 What is timed is the step train.py runs: the task's own loss (zoo.tasks.mlm_nsp /
 zoo.tasks.lm, subclassed only to replace the corpus by random token batches of the right
@@ -25,7 +27,10 @@ CPUs) and, always, by the FLOP/s of one square matmul measured here in the compu
 (benchmarks.machine.measured_matmul_flops), so a CPU run also reports a utilisation.
 
 Peer ratios are our time / their time on the same inputs: < 1 means ours is faster. See
-benchmarks.peers for how the PyTorch side is made like for like.
+benchmarks.peers for how the PyTorch side is made like for like. With --hf-flax-python, GPT is
+also timed beside Hugging Face's JAX GPT-2 (transformers v4 FlaxGPT2LMHeadModel, in a venv of
+its own: benchmarks/hf_flax_peer.py), one step each in turns (`time_beside_hf_flax`); without
+it that column says why it is absent.
 
 Outputs in benchmarks.machine.results_dir(--out): step.jsonl (every measurement),
 step_summary.json (one row per model/size/seq), step.md (tables), step.png; --append merges a
@@ -34,6 +39,7 @@ run into the results already there (a preset split over commands with a time lim
 
 import argparse
 import dataclasses
+import functools
 import os
 import statistics
 import time
@@ -88,6 +94,10 @@ SIZES: dict[str, dict[str, Size]] = {
     },
     "gpt": {
         "tiny": Size("tiny", 1024),
+        # 4 x 256 over GPT-2's vocabulary: the output layer is most of the work, the shape the
+        # HF Flax comparison of issue 28 was measured at (--sizes mini --seq-lens 128 --batch 8).
+        "mini": Size("124M", 50257, (("num_layers", 4), ("num_heads", 4), ("embed_dim", 256),
+                                     ("mlp_dim", 1024))),
         # GPT-2 has no size between tiny and 124M: BERT-small's shape (L4, A8, H512).
         "small": Size("124M", 50257, (("num_layers", 4), ("num_heads", 8), ("embed_dim", 512),
                                       ("mlp_dim", 2048))),
@@ -223,10 +233,11 @@ def _ratio(ours: float, theirs: float) -> float:
 
 def bench_transformer(model: str, size: str, seq_len: int, batch: int, *, dtype: str,
                       steps: int, warmup: int, peak_spec: float | None, matmul_flops: float,
-                      peer_device: str | None, profile_dir: str | None
-                      ) -> tuple[list[dict], dict]:
-    """Times one (model, size, seq_len): our train step and forward, then the HF peer's.
-    Returns (jsonl records, the summary row)."""
+                      peer_device: str | None, profile_dir: str | None,
+                      hf_flax_python: str | None = None) -> tuple[list[dict], dict]:
+    """Times one (model, size, seq_len): our train step and forward, then the HF peer's; for
+    GPT with `hf_flax_python` also our step and FlaxGPT2LMHeadModel's in turns
+    (`time_beside_hf_flax`). Returns (jsonl records, the summary row)."""
     config = job_config(model, size, seq_len, batch, dtype)
     spec = SIZES[model][size]
     task = make_task(model, config, spec.vocab_size)
@@ -249,6 +260,12 @@ def bench_transformer(model: str, size: str, seq_len: int, batch: int, *, dtype:
         step_t = machine.time_call(run_step, batch_arrays, warmup=warmup, repeats=steps)
         forward_t = machine.time_call(eval_step, holder[0].params, batch_arrays,
                                       warmup=1, repeats=steps)
+        in_turns = None
+        if model == "gpt" and hf_flax_python:
+            settings = peers.hf_flax_settings(task.model_config, config.optim, batch, seq_len,
+                                              dtype=dtype, warmup=warmup, seed=config.train.seed)
+            in_turns = time_beside_hf_flax(functools.partial(run_step, batch_arrays),
+                                           hf_flax_python, settings, repeats=steps)
         if profile_dir:
             with jax.profiler.trace(os.path.join(profile_dir, f"{model}-{size}-{seq_len}")):
                 for _ in range(3):
@@ -275,6 +292,12 @@ def bench_transformer(model: str, size: str, seq_len: int, batch: int, *, dtype:
     )
     records = [dict(key, kind="train_step", params=params, **step_t, **compiled),
                dict(key, kind="forward", **forward_t)]
+    if in_turns is not None:
+        row["hf_flax"] = in_turns["row"]
+        records += [dict(key, kind=kind, peer=in_turns["row"]["name"], **t)
+                    for kind, t in in_turns["records"].items()]
+    else:
+        row["hf_flax"] = {"skipped": hf_flax_absent(model, hf_flax_python)}
     holder.clear()  # free our state before the peer allocates its own
     del setup, batch_arrays
 
@@ -313,6 +336,58 @@ def time_alternating(calls: dict[str, Callable[[], Any]], *, warmup: int, repeat
             times[name].append(time.perf_counter() - start)
     return {name: {"median_s": statistics.median(t), "min_s": min(t), "repeats": repeats}
             for name, t in times.items()}
+
+
+def hf_flax_absent(model: str, hf_flax_python: str | None) -> str:
+    """Why a row has no HF Flax column."""
+    if model != "gpt":
+        return "the HF Flax peer is GPT's only (transformers v4 FlaxGPT2LMHeadModel)"
+    return ("--hf-flax-python not given: the python of a venv with transformers 4.57 and flax, "
+            f"made by: {peers.HF_FLAX_VENV}")
+
+
+def _cpu_and_wall(fn: Callable[[], Any]) -> dict[str, float]:
+    cpu, wall = time.process_time(), time.perf_counter()
+    jax.block_until_ready(fn())
+    return {"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu}
+
+
+def _stats(samples: list[dict[str, float]]) -> dict[str, float]:
+    wall, cpu = [t["wall_s"] for t in samples], [t["cpu_s"] for t in samples]
+    return {"median_s": statistics.median(wall), "min_s": min(wall),
+            "cpu_median_s": statistics.median(cpu), "repeats": len(samples)}
+
+
+def time_beside_hf_flax(run_step: Callable[[], Any], python: str, settings: dict[str, Any], *,
+                        repeats: int) -> dict[str, Any]:
+    """Our train step (`run_step`, warm) and FlaxGPT2LMHeadModel's (benchmarks/hf_flax_peer.py
+    under `python`, built from `settings`) one step each in turns, `repeats` times: both are JAX
+    on the same XLA, so a load change on a shared machine hits both. Besides wall seconds, each
+    side's CPU seconds (all its threads), which other jobs on the machine move less.
+
+    Returns {'row': the summary's hf_flax entry, 'records': {jsonl kind: times}}."""
+    ours, theirs = [], []
+    with peers.HFFlaxPeer(python, settings) as peer:
+        platform = jax.devices()[0].platform
+        if peer.info["platform"] != platform:
+            raise ConfigError(
+                f"--hf-flax-python {python}: its jax runs on {peer.info['platform']}, ours on "
+                f"{platform}; give it a venv whose jax sees the same device")
+        for _ in range(repeats):
+            ours.append(_cpu_and_wall(run_step))
+            theirs.append(peer.step())
+    ours_t, theirs_t = _stats(ours), _stats(theirs)
+    row = dict(
+        name=peer.info["name"], transformers=peer.info["transformers"],
+        jax=peer.info["jax"], params=peer.info["params"], step_s=theirs_t["median_s"],
+        step_min_s=theirs_t["min_s"], cpu_s=theirs_t["cpu_median_s"],
+        ours_step_s=ours_t["median_s"], ours_cpu_s=ours_t["cpu_median_s"],
+        step_ratio=_ratio(ours_t["median_s"], theirs_t["median_s"]),
+        step_ratio_min=_ratio(ours_t["min_s"], theirs_t["min_s"]),
+        cpu_ratio=_ratio(ours_t["cpu_median_s"], theirs_t["cpu_median_s"]),
+    )
+    return {"row": row, "records": {"train_step_in_turns": ours_t,
+                                    "hf_flax_train_step": theirs_t}}
 
 
 def lstm_backends(platform: str) -> tuple[str, ...]:
@@ -424,6 +499,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--profile", metavar="DIR",
                         help="write a jax.profiler trace of 3 steps per config under DIR")
     parser.add_argument("--no-peers", action="store_true", help="skip the PyTorch peers")
+    parser.add_argument("--hf-flax-python", metavar="PYTHON",
+                        help="python of a venv with transformers 4.57 and flax (no torch): also "
+                             "time GPT beside FlaxGPT2LMHeadModel, step by step in turns "
+                             f"(benchmarks/hf_flax_peer.py). Make one with: {peers.HF_FLAX_VENV}")
     parser.add_argument("--out", help="results directory (default benchmarks/results/<machine>)")
     parser.add_argument("--append", action="store_true",
                         help="merge into the results already in --out (same machine, preset "
@@ -492,6 +571,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         peer_device = summary["peers"]["torch_device"]
     else:
         summary["peers"] = {"skipped": reason}
+    summary["hf_flax"] = ({"python": args.hf_flax_python} if args.hf_flax_python else
+                          {"skipped": hf_flax_absent("gpt", None)})
     records: list[dict] = [dict(kind="machine", **{k: v for k, v in summary.items()
                                                    if not isinstance(v, dict)})]
     rows, lstm_rows = [], []
@@ -504,7 +585,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 new, row = bench_transformer(
                     model, size, seq_len, batch, dtype=args.dtype, steps=args.steps,
                     warmup=args.warmup, peak_spec=peak_spec, matmul_flops=matmul_flops,
-                    peer_device=peer_device, profile_dir=args.profile)
+                    peer_device=peer_device, profile_dir=args.profile,
+                    hf_flax_python=args.hf_flax_python)
                 if peer_device is None:
                     row["peer"] = {"skipped": reason}
                 records += new

@@ -37,6 +37,11 @@ def row_line(row: dict[str, Any]) -> str:
     peer = row.get("peer", {})
     if "step_ratio" in peer:
         line += f"; ours/HF step {peer['step_ratio']:.2f}, forward {peer['forward_ratio']:.2f}"
+    flax = row.get("hf_flax", {})
+    if "step_ratio" in flax:
+        line += (f"; in turns with HF Flax: ours {flax['ours_step_s'] * 1e3:.1f} ms, theirs "
+                 f"{flax['step_s'] * 1e3:.1f} ms, ours/theirs {flax['step_ratio']:.2f} (best "
+                 f"{flax['step_ratio_min']:.2f}, CPU s {flax['cpu_ratio']:.2f})")
     return line
 
 
@@ -56,8 +61,10 @@ def lstm_line(row: dict[str, Any]) -> str:
 _CONFIG_HEADER = (
     "| model | size | seq | batch | params | tokens/s | step ms | compile s | fwd ms | MFU spec "
     "| MFU vs matmul | dry run GiB | XLA GiB | peak GiB | HF tokens/s | step ours/HF "
-    "| best step ours/HF | fwd ours/HF |\n"
-    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    "| best step ours/HF | fwd ours/HF | HF Flax step ms | step ours/HF Flax "
+    "| best ours/HF Flax | CPU s ours/HF Flax |\n"
+    "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:"
+    "|---:|---:|---:|---:|"
 )
 _LSTM_HEADER = (
     "| batch | steps n | width d | backend | fwd ms | fwd+bwd ms | torch fwd ms "
@@ -100,9 +107,22 @@ def markdown(summary: dict[str, Any]) -> str:
              "XLA far less: time the peers on a quiet machine)."),
             "",
         ]
+    flax = s.get("hf_flax", {})
+    if "skipped" in flax:
+        lines += [f"HF Flax peer (GPT) absent: {flax['skipped']}.", ""]
+    elif flax:
+        lines += [
+            ("HF Flax peer (GPT): transformers v4's FlaxGPT2LMHeadModel in its own venv "
+             f"({flax['python']}), the last JAX GPT-2 Hugging Face shipped, built and trained "
+             "as benchmarks/hf_flax_peer.py says (our shape, dropout, loss and optimizer), and "
+             "timed one step each in turns with ours, so a load change hits both; its columns "
+             "are from those turns (ours re-timed beside it), the CPU-seconds ratio being the "
+             "steadiest on a shared machine."),
+            "",
+        ]
     lines.append(_CONFIG_HEADER)
     for r in s["configs"]:
-        p = r.get("peer", {})
+        p, f = r.get("peer", {}), r.get("hf_flax", {})
         lines.append(
             f"| {r['model']} | {r['size']} | {r['seq_len']} | {r['batch']} | "
             f"{r['params'] / 1e6:.2f}M | {r['tokens_per_s']:,.0f} | {r['step_s'] * 1e3:.1f} | "
@@ -111,7 +131,9 @@ def markdown(summary: dict[str, Any]) -> str:
             f"{_gib(r['program_bytes'])} | {_gib(r.get('process_peak_memory_bytes'))} | "
             f"{_num(p.get('tokens_per_s'), ',.0f')} | "
             f"{_num(p.get('step_ratio'), '.3g')} | {_num(p.get('step_ratio_min'), '.3g')} | "
-            f"{_num(p.get('forward_ratio'), '.3g')} |")
+            f"{_num(p.get('forward_ratio'), '.3g')} | {_ms(f.get('step_s'))} | "
+            f"{_num(f.get('step_ratio'), '.3g')} | {_num(f.get('step_ratio_min'), '.3g')} | "
+            f"{_num(f.get('cpu_ratio'), '.3g')} |")
     if s["lstm"]:
         timing = ("" if s.get("lstm_repeats") is None else
                   f", median of {s['lstm_repeats']} calls per side, ours and torch's in turns")

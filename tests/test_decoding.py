@@ -222,6 +222,35 @@ def test_beam_search_finds_the_seed_002_sequence_greedy_misses():
     assert_close(beam.scores, np.log([[0.054, 0.048]]), 1e-5)
 
 
+@pytest.mark.parametrize("alpha", [0.0, 0.6])
+def test_beam_search_does_not_stop_on_a_pool_of_weak_early_hypotheses(alpha):
+    # The tiny translator's failure, in four tokens: the best path a a a <eos> (p = 0.94) ends
+    # at step 4, but by step 3 the weaker beams b, c, d (then a b, a c) have each ended in EOS
+    # among the step's K best candidates. Stopping once the pool holds K hypotheses (fairseq's
+    # rule) returned b <eos> (p = 0.03); the best path must be found, as greedy finds it.
+    a, b, c, d, vocab = 4, 5, 6, 7, 8
+    eps = 1e-9
+
+    def dist(**p):
+        row = np.full(vocab, eps)
+        for tok, prob in p.items():
+            row[{"a": a, "b": b, "c": c, "d": d, "eos": EOS}[tok]] = prob
+        return np.log(row / row.sum())
+
+    table = np.stack([np.log(np.full((vocab, vocab), 1.0 / vocab))] * 4)  # (pos, prev, next)
+    table[0, BOS] = dist(a=.91, b=.03, c=.03, d=.03)
+    table[1, a] = table[2, a] = dist(a=.98, b=.01, c=.01)
+    table[1, [b, c, d]] = table[2, [b, c]] = dist(eos=1.0)
+    table[3, a] = dist(eos=1.0)
+    dec = _markov_decoder(table.astype(np.float32), 1)
+    prompt = np.array([[BOS]], np.int32)
+    g = decoding.greedy(dec, prompt, max_len=5)
+    np.testing.assert_array_equal(g.tokens, [[BOS, a, a, a, EOS]])
+    beam = decoding.beam_search(dec, prompt, beam_size=4, max_len=5, alpha=alpha)
+    np.testing.assert_array_equal(beam.tokens[0, 0], [BOS, a, a, a, EOS])
+    assert_close(beam.scores[0, 0], float(np.asarray(g.scores)[0]) / 4**alpha, 1e-5)
+
+
 # ---------------------------------------------------------------------------------------------
 # Greedy, beam 1, cache vs recompute, sampling
 

@@ -97,6 +97,8 @@ def _micro_run_writes_every_output(tmp_path, model: str, lstm: bool):
                 "model_flops_per_s", "mfu_vs_matmul"):
         assert math.isfinite(r[key]) and r[key] > 0, (key, r)
     assert r["mfu_spec"] is None
+    # No --hf-flax-python: the HF Flax column is absent with its reason.
+    assert r["hf_flax"] == {"skipped": step.hf_flax_absent(model, None)}
     assert r["tokens_per_step"] == 2 * 16
     assert r["tokens_per_s"] == pytest.approx(32 / r["step_s"])
     assert r["mfu_vs_matmul"] == pytest.approx(
@@ -140,6 +142,7 @@ def _micro_run_writes_every_output(tmp_path, model: str, lstm: bool):
     assert f"| {model} | tiny | 16 | 2 |" in table
     assert step.FLOPS_FORMULAS[model] in table
     assert "| dry run GiB | XLA GiB | peak GiB |" in table
+    assert "HF Flax peer (GPT) absent: --hf-flax-python not given" in table
 
 
 # Classes, so pytest-xdist's loadscope may give the two compile-heavy runs different workers.
@@ -257,3 +260,34 @@ def test_torch_lstm_has_our_parameters_plus_its_second_bias():
     assert ours == 4 * d * (d + d) + 4 * d  # input + recurrent kernels (i, f, g, o), one bias
     # torch keeps b_ih and b_hh, which only ever add (zoo.nn.recurrent imports them summed)
     assert peers.num_params(peers.torch_lstm(d, d)) == ours + 4 * d
+
+
+def _hf_flax_python() -> str:
+    """The python of a venv with transformers 4.x and flax (benchmarks/hf_flax_peer.py's), from
+    ZOO_HF_FLAX_PYTHON or /tmp/hfflax; the test is skipped without one."""
+    python = os.environ.get("ZOO_HF_FLAX_PYTHON", "/tmp/hfflax/bin/python")
+    if not os.path.exists(python):
+        pytest.skip(f"no HF Flax venv at {python} (set ZOO_HF_FLAX_PYTHON; make one with: "
+                    f"{peers.HF_FLAX_VENV})")
+    return python
+
+
+def test_hf_flax_peer_has_our_parameters_and_is_timed_in_turns():
+    python = _hf_flax_python()
+    config = step.job_config("gpt", "tiny", 16, 2, "float32")
+    task = step.make_task("gpt", config, 1024)
+    settings = peers.hf_flax_settings(task.model_config, config.optim, 2, 16, warmup=1)
+    calls = []
+    out = step.time_beside_hf_flax(lambda: calls.append(1), python, settings, repeats=3)
+    row = out["row"]
+    assert row["params"] == step.count_params(_abstract_params(task))
+    assert row["transformers"].startswith("4.") and len(calls) == 3
+    assert row["step_ratio"] == pytest.approx(row["ours_step_s"] / row["step_s"])
+    assert out["records"]["hf_flax_train_step"]["repeats"] == 3
+
+
+def test_without_an_hf_flax_venv_the_column_says_why(tmp_path):
+    assert "--hf-flax-python not given" in step.hf_flax_absent("gpt", None)
+    assert "GPT's only" in step.hf_flax_absent("bert", "/some/python")
+    with pytest.raises(ValueError, match="cannot run it.*pip install"):
+        peers.HFFlaxPeer(str(tmp_path / "no-python"), {})

@@ -2,6 +2,7 @@
 spikes never reach the params; bf16 compute keeps float32 params and optimizer state."""
 
 import dataclasses
+import re
 
 import jax
 import jax.numpy as jnp
@@ -204,3 +205,19 @@ def test_bf16_compute_keeps_float32_params_and_optimizer_state():
     f32_sums = _loss_fn(f32_model)(params, batch, None, True)
     np.testing.assert_allclose(float(metrics["loss_sum"]), float(f32_sums["loss_sum"]),
                                rtol=2e-2)
+
+
+def test_the_nonfinite_guard_copies_no_optimizer_state(model_and_params):
+    """Keeping the old params and Adam moments on a NaN step must not cost a copy of them on
+    every step: with the state donated, the update is written in place. (Selecting between the
+    new and old trees made XLA copy the moments that two fusions read.)"""
+    model, params = model_and_params
+    opt = optax.adamw(1e-2)
+    state = TrainState.create(params, opt, jax.random.key(1))
+    train_step = jax.jit(step.make_train_step(_loss_fn(model), opt), donate_argnums=0)
+    hlo = train_step.lower(state, _batch()).compile().as_text()
+    # The entry parameters holding Adam's moments, by their argument path's name.
+    moments = set(re.findall(r"%(state[\w.]*_(?:mu|nu)_[\w.]*) = f32\[", hlo))
+    assert moments, "the compiled step's parameter names changed; find the moments again"
+    copied = {m for m in moments if re.search(rf"copy\(%{re.escape(m)}\)", hlo)}
+    assert not copied, sorted(copied)

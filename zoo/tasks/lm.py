@@ -88,9 +88,10 @@ class LanguageModelTask(Task):
         stack = dry_run.transformer_activation_bytes(
             per_device_batch, seq, cfg.embed_dim, cfg.num_heads, cfg.num_layers, cfg.mlp_dim,
             jnp.dtype(cfg.dtype).itemsize, cfg.remat, tensor_parallel, cfg.backend)
-        # float32 logits, their log-softmax and the logits' gradient, split over vocab by
-        # tensor parallelism
-        logits = 3 * per_device_batch * seq * cfg.vocab_size * 4 / tensor_parallel
+        # float32 [B, T, V] buffers, split over vocab by tensor parallelism: two live at once
+        # (zoo.train.losses: the logits and exp(logits - max), then that and the logits'
+        # gradient, then the gradient and its transpose for the tied embedding's)
+        logits = 2 * per_device_batch * seq * cfg.vocab_size * 4 / tensor_parallel
         return stack + logits
 
     def sample_decoder(self, params, batch: int, max_len: int) -> decoding.Decoder:

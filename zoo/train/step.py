@@ -141,14 +141,21 @@ def make_train_step(
                  else jnp.zeros((), bool))
         apply = finite & ~spike
 
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
-        # A NaN batch must not poison the params or the Adam moments: keep the old ones.
-        keep = lambda new, old: jax.tree.map(lambda n, o: jnp.where(apply, n, o), new, old)  # noqa: E731
+        def update(params, opt_state):
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            return optax.apply_updates(params, updates), opt_state
+
+        # A NaN batch must not poison the params or the Adam moments: keep the old ones. A
+        # cond, not jnp.where(apply, new, old) over the trees: with the where, XLA fused each
+        # param's update with its own copy of the new Adam moments, computed from the old ones,
+        # and so copied every old moment that was also updated in place (6 copies, 2 of them
+        # [vocab, embed], in the GPT step) and selected over all params and moments.
+        params, opt_state = jax.lax.cond(apply, update, lambda p, o: (p, o), state.params,
+                                         state.opt_state)
         new_state = state.replace(
             step=state.step + 1,
-            params=keep(params, state.params),
-            opt_state=keep(opt_state, state.opt_state),
+            params=params,
+            opt_state=opt_state,
             loss_stats=_track(stats, loss, apply, spike,
                               spike_guard.decay if spike_guard else SpikeGuard.decay),
         )
