@@ -33,19 +33,9 @@ import tempfile
 import threading
 import time
 
+from zoo.data.pipelines.preparation_space import bytes_under
 
 HOST_COUNTS = (1, 4)
-
-
-def _disk_bytes(root: str) -> int:
-    total = 0
-    for d, _, files in os.walk(root):
-        for f in files:
-            try:
-                total += os.path.getsize(os.path.join(d, f))
-            except OSError:
-                pass  # gone between the listing and the stat
-    return total
 
 
 class _DiskPeak:
@@ -67,12 +57,12 @@ class _DiskPeak:
 
     def _sample(self):
         while not self._stop.wait(0.02):
-            self.peak = max(self.peak, _disk_bytes(self.root))
+            self.peak = max(self.peak, bytes_under(self.root))
 
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
-        self.peak = max(self.peak, _disk_bytes(self.root))
+        self.peak = max(self.peak, bytes_under(self.root))
         env, tempfile.tempdir = self._saved
         for key, value in env.items():
             if value is None:
@@ -216,7 +206,7 @@ def stage(args, progress) -> list[dict]:
         dupe_factor=args.dupe_factor, dynamic_masking=False)
     local_dir = pretraining.prepare(docs, tokenizer, os.path.join(args.cache_dir, "bucket"),
                                     "train", settings, num_shards=4).path
-    dir_bytes = _disk_bytes(local_dir)
+    dir_bytes = bytes_under(local_dir)
     server_dir = os.path.join(args.cache_dir, "gcs")
     os.makedirs(server_dir)
     server = GcsServer(server_dir, latency_s=args.latency_ms / 1000)

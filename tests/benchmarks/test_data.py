@@ -11,15 +11,20 @@ import pytest
 
 from benchmarks import data
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _quick(out, stages: str, timeout: int, *extra: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.data", "--quick", "--out", str(out),
+         "--stages", stages, *extra], capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
 
 def test_quick_run_writes_results_and_ratios_of_its_printed_numbers(tmp_path):
     # Two stages (one on disk, one in memory), 0 and 1 workers: a few seconds.
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.data", "--quick", "--out", str(tmp_path),
-         "--stages", "pretraining_dynamic,squad"],
-        capture_output=True, text=True, timeout=120,
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    assert done.returncode == 0, done.stderr[-3000:]
+    done = _quick(tmp_path, "pretraining_dynamic,squad", 120)
     demand = float(re.search(r"demand: ([\d.]+) examples/s", done.stdout).group(1))
     printed = re.findall(r"^(\S+) +workers=(\d+) +([\d.]+) examples/s +ratio=([\d.]+)",
                          done.stdout, re.M)
@@ -51,12 +56,7 @@ def test_demand_is_peak_times_mfu_over_flops_per_sequence():
 
 
 def test_prepare_stage_reports_mb_per_s_and_memory_at_1x_and_8x(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.data", "--quick", "--out", str(tmp_path),
-         "--stages", "prepare", "--workers", "1"],
-        capture_output=True, text=True, timeout=120,
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    assert done.returncode == 0, done.stderr[-3000:]
+    _quick(tmp_path, "prepare", 120, "--workers", "1")
     records = [json.loads(x) for x in (tmp_path / "data.jsonl").read_text().splitlines()][1:]
     assert [(r["corpus"], r["workers"]) for r in records] == [("8x", 1), ("1x", 1)]
     eight, one = records
@@ -73,12 +73,7 @@ def test_prepare_stage_reports_mb_per_s_and_memory_at_1x_and_8x(tmp_path):
 
 def test_bucket_stage_reads_each_hosts_share_in_place_and_counts_it_from_the_log(tmp_path):
     # A tiny directory, 30 ms per request, 1 and 4 simulated hosts: ~15 s.
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.data", "--quick", "--out", str(tmp_path),
-         "--stages", "bucket"],
-        capture_output=True, text=True, timeout=180,
-        cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    assert done.returncode == 0, done.stderr[-3000:]
+    _quick(tmp_path, "bucket", 180)
     records = [json.loads(x) for x in (tmp_path / "data.jsonl").read_text().splitlines()][1:]
     assert [(r["read_from"], r["hosts"]) for r in records] == [
         ("local", 1), ("bucket", 1), ("local", 4), ("bucket", 4)]

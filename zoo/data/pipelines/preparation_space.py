@@ -52,7 +52,7 @@ def check_free_space(directory, key: str, pieces: Mapping[str, Sequence[Piece]],
         return
     total = sum(estimate(size, settings[split], vocab_size)[1] for split, size in text.items())
     directory = os.fspath(paths.as_path(directory))
-    needed = total - _bytes_under(directory)
+    needed = total - bytes_under(directory)
     existing = directory
     while not os.path.exists(existing):  # the nearest ancestor that exists holds the disk
         existing = os.path.dirname(existing)
@@ -69,7 +69,8 @@ def check_free_space(directory, key: str, pieces: Mapping[str, Sequence[Piece]],
         "stored masks), fewer config.data.train_files")
 
 
-def _bytes_under(directory: str) -> int:
+def bytes_under(directory: str) -> int:
+    """Bytes of the files below `directory` (0 when it does not exist)."""
     total = 0
     for root, _, files in os.walk(directory):
         for name in files:
