@@ -39,6 +39,11 @@ class StorageUnavailableError(UserError, OSError):
     message names the object and the last error; running again later is the fix."""
 
 
+class LaunchError(UserError, RuntimeError):
+    """The launcher's environment (SLURM_*, OMPI_COMM_WORLD_*, CUDA_VISIBLE_DEVICES, JAX_*)
+    describes a process layout zoo cannot run: the message names the variables and the fix."""
+
+
 def message(error: BaseException) -> str:
     """The error's text: str(error), except a lone string argument is shown as written (a
     KeyError would quote it)."""

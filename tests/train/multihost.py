@@ -25,7 +25,10 @@ CLUSTER_VARIABLES = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCES
                      "JAX_COORDINATOR_PORT", "GCE_METADATA_IP", "TPU_SKIP_MDS_QUERY",
                      "TPU_WORKER_HOSTNAMES", "TPU_WORKER_ID", "SLURM_JOB_ID", "SLURM_NTASKS",
                      "SLURM_PROCID", "SLURM_LOCALID", "SLURM_STEP_NODELIST",
-                     "OMPI_MCA_orte_hnp_uri")
+                     "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_STEP_GPUS",
+                     "OMPI_MCA_orte_hnp_uri", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
+                     "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                     "JAX_LOCAL_DEVICE_IDS")
 
 
 def command(workdir, steps: int, every: int, keep: int, script=None) -> list[str]:

@@ -1,4 +1,4 @@
-"""Joining a cluster the way JAX does (zoo.train.distributed hands detection to JAX): a 2-worker
+"""Joining a cluster (zoo.train.distributed: JAX's detection, zoo's decision for SLURM): a 2-worker
 Cloud TPU VM slice, simulated by one GCE metadata server per worker on 127.0.0.1, and (in the
 acceptance tier) a 2-task SLURM job. Their train.py processes pretrain tiny BERT as one process
 on the same 4 devices would; a preemption notice to one TPU worker makes both save the same
@@ -136,5 +136,10 @@ def test_a_lone_process_starts_no_coordination_service(monkeypatch):
     distributed.initialize()
     assert started == []
     monkeypatch.setenv("SLURM_NTASKS", "2")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     distributed.initialize()
-    assert started == [((), {})]  # JAX fills in the coordinator, count and index itself
+    # zoo's decision for SLURM (tests/train/test_launch.py has the table): JAX's coordinator
+    # port for job 1, one GPU per local task as JAX would (no tasks per node to check against).
+    assert started == [((), dict(coordinator_address="node1:61441", num_processes=2,
+                                 process_id=0, local_device_ids=[0],
+                                 cluster_detection_method="deactivate"))]
