@@ -5,10 +5,15 @@ step included) is a cache hit."""
 import os
 import re
 
+import jax
+import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import pytest
+from jax.experimental.compilation_cache import compilation_cache as jax_compilation_cache
 
 from tests.train import multihost
+from zoo import paths
 from zoo.errors import ConfigError
 from zoo.train import compile_cache
 
@@ -55,3 +60,43 @@ def test_a_restarted_run_compiles_nothing(tmp_path):
     assert "PERSISTENT COMPILATION CACHE MISS" not in err
     hits = set(re.findall(r"Persistent compilation cache hit for '(\w+)'", err))
     assert {"jit_init_state", "jit_train_step", "jit_eval_step"} <= hits, hits
+
+
+@pytest.fixture
+def restores_jax_cache():
+    before = {name: getattr(jax.config, name) for name in (
+        "jax_compilation_cache_dir", "jax_enable_compilation_cache",
+        "jax_persistent_cache_min_compile_time_secs",
+        "jax_persistent_cache_min_entry_size_bytes")}
+    yield
+    for name, value in before.items():
+        jax.config.update(name, value)
+    jax_compilation_cache.reset_cache()
+
+
+def test_a_cache_in_a_bucket_is_written_and_read(gcs, restores_jax_cache):
+    cache = f"gs://{gcs.bucket()}/run/compile_cache"
+    assert compile_cache.enable(_train_cfg(compilation_cache_dir=cache), "/unused") == cache
+
+    def program(x):
+        return jnp.sin(x) * 3.25 + 0.5  # a program no other test compiles
+
+    expected = program(np.arange(7.0))
+    np.testing.assert_allclose(jax.jit(program)(jnp.arange(7.0)), expected, rtol=1e-6)
+    names = paths.list_names(cache)
+    assert any(n.startswith("jit_program-") for n in names), names
+    # Read back: with this process's in-memory caches emptied, the program comes from the bucket.
+    jax.clear_caches()
+    jax_compilation_cache.reset_cache()
+    hits = []
+
+    def listen(event, **kwargs):
+        if event == "/jax/compilation_cache/cache_hits":
+            hits.append(event)
+
+    jax.monitoring.register_event_listener(listen)
+    try:
+        np.testing.assert_allclose(jax.jit(program)(jnp.arange(7.0)), expected, rtol=1e-6)
+    finally:
+        jax.monitoring.unregister_event_listener(listen)
+    assert hits, "the bucket's entry was not read"
