@@ -36,6 +36,7 @@ _LONG_MODULES = (
     "tests/test_translation.py",
     "tests/train/test_faults.py",
     "tests/test_bucket_training.py",
+    "tests/train/test_reshape_resume.py",
     "tests/test_gpt_finetune.py",
     # fast
     "tests/train/test_loop.py",

@@ -20,7 +20,7 @@ from jax.experimental import multihost_utils
 from zoo import paths
 from zoo.errors import ConfigError, MissingFileError, UserError
 from zoo.train import metrics as metrics_lib
-from zoo.train import checkpoint, dry_run, flops, optim, partitioning, program, recipe, step
+from zoo.train import checkpoint, compile_cache, dry_run, flops, optim, partitioning, program, recipe, step
 from zoo.train.checkpoint import Checkpointer, MissingParamsError
 from zoo.train.state import TrainState
 
@@ -101,6 +101,8 @@ def build(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFac
     except OSError as e:  # e.g. read-only, or no permission on a parent
         raise ConfigError(f"--workdir={workdir} cannot be created ({e}); give a directory this "
                           "user can write") from e
+    # Before the first compile (the sharded init below): a restart loads its programs from disk.
+    compile_cache.enable(config.train, workdir)
     # The mesh first: a mesh (or rules table) that does not fit is refused before any data work.
     mesh = partitioning.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor,
                                   devices=devices)

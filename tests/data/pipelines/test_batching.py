@@ -97,3 +97,39 @@ def test_plain_batches_cover_each_epoch_and_are_the_same_in_worker_processes():
         for k in want:
             np.testing.assert_array_equal(got[k], want[k][4:])
     workers.close()
+
+
+# In worker processes: 7 iterators each starting 2 workers, ~45 s on the 2-core box: acceptance.
+@pytest.mark.parametrize("kind", ["plain", "bucketed", pytest.param(
+    "plain in 2 workers", marks=pytest.mark.acceptance)])
+def test_a_position_saved_by_2_processes_resumes_on_1_and_4(kind):
+    # Classification, translation and the LM jobs checkpoint these iterators: every process
+    # must save the same (global) position, and any process count must read on from it.
+    rows, lengths = _rows()
+
+    def make(index, count):
+        if kind == "bucketed":
+            return batching.bucketed_train_iterator(rows, lengths, BOUNDARIES, 8, seed=2,
+                                                    process_index=index, process_count=count)
+        return batching.train_iterator(rows, 8, seed=2, process_index=index, process_count=count,
+                                       num_workers=2 if "workers" in kind else 0)
+
+    whole = [b["row"] for b in _take(make(0, 1), 9)]
+    states = []
+    for index in (0, 1):
+        iterator = make(index, 2)
+        _take(iterator, 5)  # into the second epoch: 6 batches of 8 in 48 rows
+        states.append(iterator.get_state())
+        if hasattr(iterator, "close"):
+            iterator.close()
+    assert states[0] == states[1]
+    for count in (1, 4):
+        parts = []
+        for index in range(count):
+            iterator = make(index, count)
+            iterator.set_state(states[0])
+            parts.append([b["row"] for b in _take(iterator, 4)])
+            if hasattr(iterator, "close"):
+                iterator.close()
+        for i in range(4):
+            np.testing.assert_array_equal(np.concatenate([p[i] for p in parts]), whole[5 + i])

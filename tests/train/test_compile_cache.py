@@ -1,0 +1,102 @@
+"""The persistent compilation cache (zoo.train.compile_cache): on by default under the workdir, and
+a restarted run in a fresh process compiles nothing: every program (the donated, sharded train
+step included) is a cache hit."""
+
+import os
+import re
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+import pytest
+from jax.experimental.compilation_cache import compilation_cache as jax_compilation_cache
+
+from tests.train import multihost
+from zoo import paths
+from zoo.errors import ConfigError
+from zoo.train import compile_cache
+
+
+def _train_cfg(**values):
+    return ml_collections.ConfigDict({"compilation_cache_dir": "",
+                                      "compilation_cache_min_compile_secs": 0.0, **values})
+
+
+def test_directory_defaults_to_the_environment_then_the_workdir(monkeypatch):
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/shared/cache")
+    assert compile_cache.directory(_train_cfg(), "/w") == "/shared/cache"
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
+    assert compile_cache.directory(_train_cfg(), "/w") == "/w/compile_cache"
+    assert compile_cache.directory(_train_cfg(), "gs://b/run") == "gs://b/run/compile_cache"
+    assert compile_cache.directory(_train_cfg(compilation_cache_dir="/c"), "/w") == "/c"
+    assert compile_cache.directory(_train_cfg(compilation_cache_dir="off"), "/w") is None
+    with pytest.raises(ConfigError, match="compilation_cache_dir"):
+        compile_cache.directory(_train_cfg(compilation_cache_dir=3), "/w")
+
+
+def _run(workdir, steps):
+    env = multihost.base_env(1, fast_compile=True)
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the suite's shared cache: not this test's
+    env.pop("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", None)  # the config's 0 must do it
+    env["JAX_DEBUG_LOG_MODULES"] = "jax._src.compiler"  # hits and misses, on stderr
+    proc, = multihost.launch(multihost.command(workdir, steps, every=2, keep=2), [env])
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    return out, err
+
+
+def test_a_restarted_run_compiles_nothing(tmp_path):
+    workdir = str(tmp_path / "run")
+    cache = os.path.join(workdir, "compile_cache")
+    _, err = _run(workdir, 2)
+    first = set(os.listdir(cache))
+    assert any(name.startswith("jit_train_step-") for name in first), sorted(first)
+    assert "PERSISTENT COMPILATION CACHE MISS for 'jit_train_step'" in err
+
+    out, err = _run(workdir, 4)  # resumes at step 2: the same programs, in a fresh process
+    assert "starting at step 2 of 4" in out
+    assert set(os.listdir(cache)) == first  # nothing new written
+    assert "PERSISTENT COMPILATION CACHE MISS" not in err
+    hits = set(re.findall(r"Persistent compilation cache hit for '(\w+)'", err))
+    assert {"jit_init_state", "jit_train_step", "jit_eval_step"} <= hits, hits
+
+
+@pytest.fixture
+def restores_jax_cache():
+    before = {name: getattr(jax.config, name) for name in (
+        "jax_compilation_cache_dir", "jax_enable_compilation_cache",
+        "jax_persistent_cache_min_compile_time_secs",
+        "jax_persistent_cache_min_entry_size_bytes")}
+    yield
+    for name, value in before.items():
+        jax.config.update(name, value)
+    jax_compilation_cache.reset_cache()
+
+
+def test_a_cache_in_a_bucket_is_written_and_read(gcs, restores_jax_cache):
+    cache = f"gs://{gcs.bucket()}/run/compile_cache"
+    assert compile_cache.enable(_train_cfg(compilation_cache_dir=cache), "/unused") == cache
+
+    def program(x):
+        return jnp.sin(x) * 3.25 + 0.5  # a program no other test compiles
+
+    expected = program(np.arange(7.0))
+    np.testing.assert_allclose(jax.jit(program)(jnp.arange(7.0)), expected, rtol=1e-6)
+    names = paths.list_names(cache)
+    assert any(n.startswith("jit_program-") for n in names), names
+    # Read back: with this process's in-memory caches emptied, the program comes from the bucket.
+    jax.clear_caches()
+    jax_compilation_cache.reset_cache()
+    hits = []
+
+    def listen(event, **kwargs):
+        if event == "/jax/compilation_cache/cache_hits":
+            hits.append(event)
+
+    jax.monitoring.register_event_listener(listen)
+    try:
+        np.testing.assert_allclose(jax.jit(program)(jnp.arange(7.0)), expected, rtol=1e-6)
+    finally:
+        jax.monitoring.unregister_event_listener(listen)
+    assert hits, "the bucket's entry was not read"
