@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import shutil
+from collections.abc import Callable
 
 import grain
 import jax
@@ -16,7 +17,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 from jax.experimental import multihost_utils
 
-from zoo import paths
+from zoo import paths, retry
 from zoo.errors import ConfigError, DataError, MissingFileError, UserError
 from zoo.train import checkpoint_failures, checksums
 from zoo.train.checkpoint_failures import CheckpointWriteError, first_line
@@ -39,8 +40,96 @@ class DataReshardError(UserError, ValueError):
     """The saved data-iterator positions cannot be mapped onto this run's process count."""
 
 
+class CheckpointRestoreError(RuntimeError):
+    """Another process could not restore the checkpoint (its own log has the traceback); this
+    process stops with it, so every process makes the same decision."""
+
+
 class _Unreadable(Exception):
-    """One step's files are damaged (the restore falls back to an older step)."""
+    """Evidence that one step's files are damaged (the restore falls back to an older step)."""
+
+
+# Tensorstore raises ValueError('<absl status code>: ...'). These codes, on a read of a
+# committed checkpoint, are what damaged files produce (measured on orbax 0.12.8, OCDBT):
+# a deleted chunk file 'FAILED_PRECONDITION: Error reading "params.w/0.0" ...: Truncated
+# Zstd-compressed stream', a truncated one 'OUT_OF_RANGE: Error reading ...: Requested byte
+# range [0, 2350) is not valid for value of size 1377', a garbled manifest 'DATA_LOSS: ...
+# Error decoding manifest', a deleted manifest 'NOT_FOUND: ... Metadata at "step/.zarray" ...
+# does not exist'. FAILED_PRECONDITION also means other things, so only with a read or decode
+# in its text.
+_DAMAGE_STATUS = ("DATA_LOSS:", "NOT_FOUND:", "OUT_OF_RANGE:")
+_READ_FAILED = ("Error reading", "Error decoding", "Invalid JSON", "Truncated")
+# ... and these pass (tensorstore's own HTTP retries ran out on a 5xx, 429 or a timeout).
+_TRANSIENT_STATUS = ("UNAVAILABLE:", "DEADLINE_EXCEEDED:", "ABORTED:")
+
+
+def _chain(error: BaseException | None):
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def damage_evidence(error: BaseException) -> str | None:
+    """Why `error`, raised reading a committed checkpoint, proves its files damaged (a file
+    missing, metadata that does not parse, tensorstore's data-loss codes), or None when it
+    proves nothing (out of memory, a sharding bug, a storage outage: not the files' fault)."""
+    for e in _chain(error):
+        if isinstance(e, FileNotFoundError):
+            return f"a file is missing ({first_line(e)})"
+        if isinstance(e, (json.JSONDecodeError, UnicodeDecodeError)):
+            return f"its metadata does not parse ({first_line(e)})"
+        if isinstance(e, ValueError):
+            text = str(e)
+            if text.startswith(_DAMAGE_STATUS) or (
+                    text.startswith("FAILED_PRECONDITION:") and any(
+                        marker in text for marker in _READ_FAILED)):
+                return first_line(e)
+    return None
+
+
+def _read(fn: Callable, what: str):
+    """`fn()` (a read of checkpoint files), retried by zoo.retry while it fails with an error
+    that passes; damage evidence raises _Unreadable; anything else is raised untouched."""
+
+    def attempt():
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 -- sorted into evidence, passing, the rest
+            evidence = damage_evidence(e)
+            if evidence is not None:
+                raise _Unreadable(evidence) from e
+            if any(str(x).startswith(_TRANSIENT_STATUS) for x in _chain(e)
+                   if isinstance(x, ValueError)):
+                # Tensorstore's passing errors are ValueErrors: name them for zoo.retry.
+                raise ConnectionError(first_line(e)) from e
+            raise
+
+    return retry.retrying(attempt, what=what)
+
+
+# A verdict gathered from every process: a code, then the reason in UTF-8 (cut to fit).
+_OK, _CORRUPT, _ERROR = 0, 1, 2
+_REASON_BYTES = 512
+
+
+def _agree(code: int, reason: str) -> tuple[int, int, str]:
+    """(code, process, reason) that every process decides from all processes' (code, reason):
+    an error anywhere wins over damage anywhere, which wins over ok; the first process with
+    the winning code gives its reason. Every process calls this once per decision, whatever
+    happened to it before, so none waits for one that took another path."""
+    if jax.process_count() == 1:
+        return code, 0, reason
+    local = np.zeros(1 + _REASON_BYTES, np.uint8)
+    local[0] = code
+    encoded = reason.encode()[:_REASON_BYTES]
+    local[1:1 + len(encoded)] = np.frombuffer(encoded, np.uint8)
+    every = np.asarray(multihost_utils.process_allgather(local))  # (processes, 1 + bytes)
+    worst = int(every[:, 0].max())
+    process = int(np.argmax(every[:, 0] == worst))
+    text = every[process, 1:].tobytes().rstrip(b"\0").decode(errors="replace")
+    return worst, process, text
 
 
 def _warn(message: str) -> None:
@@ -66,7 +155,18 @@ def _shapes(tree) -> dict[str, tuple]:
 
 
 def _restore_iterator(directory: str, iterator) -> None:
-    """Sets `iterator` to the position saved in `directory` (grain's per-process JSON files).
+    """Sets `iterator` to the position saved in `directory` (see _read_position)."""
+    _set_position(iterator, _read_position(directory))
+
+
+def _set_position(iterator, state) -> None:
+    iterator.set_state(state)
+    if hasattr(iterator, "start_prefetch"):
+        iterator.start_prefetch()
+
+
+def _read_position(directory: str):
+    """The data-iterator position saved in `directory` (grain's per-process JSON files).
 
     Written by another process count, the position still applies when every process saved the
     same one: zoo's pipelines keep one global order and cut each global batch by process (see
@@ -76,28 +176,26 @@ def _restore_iterator(directory: str, iterator) -> None:
     index, count = jax.process_index(), jax.process_count()
     root = paths.as_path(directory)
     own = root / f"process_{index}-of-{count}.json"
-    try:
+
+    def read():
         if own.exists():
-            state = json.loads(own.read_text())
-        else:
-            saved = sorted(p.name for p in root.iterdir() if p.name.startswith("process_"))
-            if not saved:
-                raise _Unreadable(f"{directory} holds no data-iterator position")
-            states = [json.loads((root / name).read_text()) for name in saved]
-            if any(s != states[0] for s in states):
-                writers = saved[0].rsplit("-of-", 1)[1].removesuffix(".json")
-                raise DataReshardError(
-                    f"the data positions in {directory} differ between the {writers} processes "
-                    f"that saved them, so this data pipeline cannot be re-sharded onto {count} "
-                    f"process(es); resume with {writers} processes (JAX_NUM_PROCESSES={writers})")
-            state = states[0]
-    except (OSError, ValueError) as e:
-        if isinstance(e, DataReshardError):
-            raise
-        raise _Unreadable(f"its data-iterator position is unreadable ({first_line(e)})") from e
-    iterator.set_state(state)
-    if hasattr(iterator, "start_prefetch"):
-        iterator.start_prefetch()
+            return json.loads(own.read_text())
+        saved = sorted(p.name for p in root.iterdir() if p.name.startswith("process_"))
+        if not saved:
+            raise _Unreadable(f"{directory} holds no data-iterator position")
+        states = [json.loads((root / name).read_text()) for name in saved]
+        if any(s != states[0] for s in states):
+            writers = saved[0].rsplit("-of-", 1)[1].removesuffix(".json")
+            raise DataReshardError(
+                f"the data positions in {directory} differ between the {writers} processes "
+                f"that saved them, so this data pipeline cannot be re-sharded onto {count} "
+                f"process(es); resume with {writers} processes (JAX_NUM_PROCESSES={writers})")
+        return states[0]
+
+    try:
+        return _read(read, what=f"reading the data-iterator position in {directory}")
+    except _Unreadable as e:
+        raise _Unreadable(f"its data-iterator position is unreadable ({e})") from e
 
 
 def existing(workdir: str) -> "Checkpointer | None":
@@ -232,12 +330,20 @@ class Checkpointer:
         """Restores the state onto `target`'s shapes and shardings (any mesh), and the iterator
         in place. `target`: a state pytree of arrays or jax.ShapeDtypeStruct with shardings.
 
-        Without `step`, an unreadable latest checkpoint (truncated or missing files, checksums
-        that differ from the ones written) is reported and the next older one is tried. With
-        `quarantine` (the training run, which owns the directory) the unreadable ones are moved
-        to <workdir>/checkpoints_corrupt/, so the run can save those steps again and nothing is
-        deleted. A checkpoint of another model or config is not corruption: it raises
-        CheckpointMismatchError at once.
+        Without `step`, a latest checkpoint whose files are damaged (checksums that differ
+        from the ones written, missing files, metadata that does not parse) is reported and
+        the next older one is tried. With `quarantine` (the training run, which owns the
+        directory) the damaged ones are moved to <workdir>/checkpoints_corrupt/, so the run
+        can save those steps again and nothing is deleted. Only such evidence counts as
+        damage: a read that fails for a passing reason (HTTP 5xx, a timeout) is retried
+        (zoo.retry), and any other error (out of memory, a sharding bug, a checkpoint of
+        another model or config: CheckpointMismatchError) is raised with its traceback and
+        nothing is moved.
+
+        With several processes, each one's verdict on a step (restored, damaged, failed) is
+        gathered and every process applies the same decision: one process's damaged read
+        sends all back to the older step, one process's error stops all (the others raise
+        CheckpointRestoreError naming it).
         """
         steps = sorted(self._manager.all_steps(), reverse=True) if step is None else [step]
         if not steps:
@@ -249,12 +355,30 @@ class Checkpointer:
         )
         unreadable = []
         for candidate in steps:
+            state = position = error = None
+            code, reason = _OK, ""
             try:
-                state = self._restore_step(candidate, abstract, data_iterator)
+                state, position = self._restore_step(candidate, abstract, data_iterator)
             except _Unreadable as e:
-                unreadable.append((candidate, str(e)))
-                _warn(f"checkpoint step {candidate} in {self.directory} is unreadable: {e}")
+                code, reason = _CORRUPT, str(e)
+            except Exception as e:  # noqa: BLE001 -- raised below, once every process knows
+                code, reason, error = _ERROR, first_line(e), e
+            code, process, reason = _agree(code, reason)
+            if code == _ERROR:
+                if error is not None:
+                    raise error
+                raise CheckpointRestoreError(
+                    f"process {process} of {jax.process_count()} could not restore checkpoint "
+                    f"step {candidate} in {self.directory} ({reason}); its log has the "
+                    "traceback. Nothing was moved")
+            if code == _CORRUPT:
+                if jax.process_count() > 1:
+                    reason = f"on process {process}, {reason}"
+                unreadable.append((candidate, reason))
+                _warn(f"checkpoint step {candidate} in {self.directory} is unreadable: {reason}")
                 continue
+            if data_iterator is not None:
+                _set_position(data_iterator, position)
             if unreadable:
                 self._set_aside(unreadable, candidate, quarantine)
             return state
@@ -268,20 +392,24 @@ class Checkpointer:
         return paths.join(self.directory, str(step))
 
     def _restore_step(self, step: int, abstract, data_iterator):
+        """(state, data position or None) of `step`; _Unreadable on evidence of damage."""
         directory = self._step_directory(step)
-        found = checksums.problems(directory)
+        found = _read(lambda: checksums.problems(directory),
+                      what=f"checking the checksums of {directory}")
         if found:
             raise _Unreadable(f"{len(found)} file(s) damaged since they were written: "
                               f"{', '.join(found[:3])}")
         self._check_fits(step, abstract)
-        try:
-            state = self._manager.restore(
-                step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract)))["state"]
-        except Exception as e:  # tensorstore and orbax raise bare Exception for missing data
-            raise _Unreadable(first_line(e)) from e
+        # Through the handler, not the CheckpointManager: orbax's Checkpointer.restore ends in
+        # a barrier of all processes, which the others would wait in (for 5 minutes) while one
+        # whose read failed goes on to the verdict.
+        state = _read(lambda: ocp.StandardCheckpointHandler().restore(
+            epath.Path(directory) / "state", args=ocp.args.StandardRestore(abstract)),
+            what=f"restoring checkpoint step {step} from {directory}")
+        position = None
         if data_iterator is not None:
-            _restore_iterator(paths.join(directory, "data"), data_iterator)
-        return state
+            position = _read_position(paths.join(directory, "data"))
+        return state, position
 
     def _saved_tree(self, step: int) -> dict:
         """The train state saved at `step` as a tree of array metadata (no array is read)."""
@@ -298,10 +426,11 @@ class Checkpointer:
         from zoo.models import config_checks  # which config key shapes which parameter
 
         try:
-            tree = self._saved_tree(step)
-            saved = _shapes(tree["params"])
-        except Exception as e:  # an unparsable or missing _METADATA file
-            raise _Unreadable(f"its metadata cannot be read ({first_line(e)})") from e
+            tree = _read(lambda: self._saved_tree(step),
+                         what=f"reading the metadata of checkpoint step {step}")
+        except _Unreadable as e:  # an unparsable or missing _METADATA file
+            raise _Unreadable(f"its metadata cannot be read ({e})") from e
+        saved = _shapes(tree["params"])
         fields = sorted(f.name for f in dataclasses.fields(target))
         if sorted(tree) != fields:
             workdir = os.path.dirname(self.directory)
@@ -333,12 +462,24 @@ class Checkpointer:
             # Every process has finished reading before process 0 moves anything.
             _barrier("zoo_checkpoint_quarantine")
             corrupt_dir = self.directory + "_corrupt"
+            failure = None
             if jax.process_index() == 0:
-                paths.as_path(corrupt_dir).mkdir(parents=True, exist_ok=True)
-                for s in steps:
-                    paths.move_tree(self._step_directory(s),
-                                    _free_name(paths.join(corrupt_dir, str(s))))
-            _barrier("zoo_checkpoint_quarantined")
+                try:
+                    paths.as_path(corrupt_dir).mkdir(parents=True, exist_ok=True)
+                    for s in steps:
+                        paths.move_tree(self._step_directory(s),
+                                        _free_name(paths.join(corrupt_dir, str(s))))
+                except Exception as e:  # noqa: BLE001 -- raised below, once all know
+                    failure = e
+            # Instead of a barrier: the others learn whether the move failed, and stop too.
+            code, _, reason = _agree(_ERROR if failure else _OK,
+                                     first_line(failure) if failure else "")
+            if failure is not None:
+                raise failure
+            if code == _ERROR:
+                raise CheckpointRestoreError(
+                    f"process 0 could not move step(s) {steps} of {self.directory} to "
+                    f"{corrupt_dir} ({reason}); its log has the traceback")
             self._manager.reload()
             where = f"moved step(s) {steps} to {corrupt_dir}"
         else:

@@ -1,0 +1,94 @@
+"""One process of a small multi-process job that saves or restores a train state through
+zoo.train.checkpoint.Checkpointer, with a restore fault injected on one process, for
+tests/train/test_restore_decisions.py (no model and no train step: a restore's decision is
+what is under test, and a process that compiles nothing starts in seconds).
+
+    python tests/train/restore_process.py save|restore WORKDIR
+
+Cluster: JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID (one CPU device each).
+Faults (test harness only, never in zoo/): ZOO_TEST_RESTORE_FAULT=KIND:PROCESS, KIND one of
+  raise    the array read of the restore raises RuntimeError on that process (an out of memory
+           or a sharding bug: evidence of nothing)
+  damaged  that process reads one array file of the newest step as different bytes than were
+           written (its CRC-32 differs there only: a bad disk or a stale cache of one host)
+A restore prints 'RESTORED <value of params.b[0]>' (the step that was saved).
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import optax  # noqa: E402
+import orbax.checkpoint as ocp  # noqa: E402
+from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
+
+from zoo.train import checksums  # noqa: E402
+from zoo.train.checkpoint import Checkpointer  # noqa: E402
+from zoo.train.state import TrainState  # noqa: E402
+
+NEWEST = 4
+
+
+def _state(mesh, offset: float):
+    def create():
+        params = {"w": jnp.arange(32 * 32, dtype=jnp.float32).reshape(32, 32) + offset,
+                  "b": jnp.full((32,), offset)}
+        return TrainState.create(params, optax.sgd(0.1), jax.random.key(0))
+
+    shapes = jax.eval_shape(create)
+    # params.w sharded over the processes (each reads only its half), the rest replicated.
+    shardings = jax.tree.map(lambda _: NamedSharding(mesh, PartitionSpec()), shapes)
+    shardings = shardings.replace(params={"w": NamedSharding(mesh, PartitionSpec("data")),
+                                          "b": NamedSharding(mesh, PartitionSpec())})
+    return jax.jit(create, out_shardings=shardings)()
+
+
+def _inject(kind: str, process: int) -> None:
+    if jax.process_index() != process:
+        return
+    if kind == "raise":
+        def restore(self, *args, **kwargs):
+            raise RuntimeError("injected: RESOURCE_EXHAUSTED: out of memory while restoring")
+
+        ocp.StandardCheckpointHandler.restore = restore
+    elif kind == "damaged":
+        crc32 = checksums._crc32
+        # The chunks process 1 wrote of the newest step (process 0 reads them fine).
+        newest = f"/checkpoints/{NEWEST}/state/ocdbt.process_1/d/"
+
+        def misread(path):
+            real = crc32(path)
+            return f"{int(real, 16) ^ 1:08x}" if newest in str(path) else real
+
+        checksums._crc32 = misread
+    else:
+        raise ValueError(f"ZOO_TEST_RESTORE_FAULT kind {kind!r}")
+
+
+def main(mode: str, workdir: str) -> None:
+    jax.distributed.initialize(os.environ["JAX_COORDINATOR_ADDRESS"],
+                               int(os.environ["JAX_NUM_PROCESSES"]),
+                               int(os.environ["JAX_PROCESS_ID"]))
+    mesh = jax.make_mesh((jax.device_count(),), ("data",),
+                         axis_types=(jax.sharding.AxisType.Auto,))
+    if mode == "save":
+        checkpointer = Checkpointer(workdir)
+        for step in (2, NEWEST):
+            checkpointer.save(step, _state(mesh, float(step)))
+        checkpointer.close()
+        return
+    fault = os.environ.get("ZOO_TEST_RESTORE_FAULT")
+    if fault:
+        kind, _, process = fault.partition(":")
+        _inject(kind, int(process))
+    checkpointer = Checkpointer(workdir)
+    state = checkpointer.restore(_state(mesh, 0.0), quarantine=True)
+    print(f"RESTORED {float(state.params['b'][0]):g}", flush=True)
+    checkpointer.close()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
