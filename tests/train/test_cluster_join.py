@@ -137,4 +137,5 @@ def test_a_lone_process_starts_no_coordination_service(monkeypatch):
     assert started == []
     monkeypatch.setenv("SLURM_NTASKS", "2")
     distributed.initialize()
-    assert started == [((), {})]  # JAX fills in the coordinator, count and index itself
+    # JAX fills in the coordinator, count and index itself; zoo sets the heartbeat timeout.
+    assert started == [((), {"heartbeat_timeout_seconds": distributed.DEFAULT_HEARTBEAT_TIMEOUT_S})]

@@ -9,11 +9,34 @@ lone process (a laptop, a single-host TPU VM, a one-task SLURM job) never starts
 service. JAX keeps no public API for "which cluster am I in", hence the private module; the lock
 pins the jax it was tested with (tests/train/test_cluster_join.py simulates a 2-worker TPU VM
 slice and a 2-task SLURM job).
+
+A lost host (killed, its machine gone) stops the others: JAX's coordination service declares a
+process dead when it sends no heartbeat for config.train.heartbeat_timeout_s, and every other
+process then hears of it within a few seconds, wherever it is blocked (a collective waiting on
+the dead peer, a checkpoint barrier). JAX's own reaction is an abort in C++ whose message spans
+lines and a core-dump-style stack; zoo asks for the same notice through the client's
+missed-heartbeat callback (a parameter `jax.distributed.initialize` does not expose, hence the
+wrapped client factory) and exits with one line naming the lost process, status 1, so the
+scheduler relaunches every process and the run resumes from its last complete checkpoint
+(tests/train/test_lost_host.py measures the detection time).
 """
 
+import atexit
 import os
+import re
+import sys
+import threading
+import time
 
 import jax
+
+from zoo.errors import ConfigError
+
+# JAX's default is 100 s; a healthy process sends its heartbeats from a C++ thread of its own
+# (not held by the GIL, a long compile or a step), so 30 s declares only a dead or frozen host.
+DEFAULT_HEARTBEAT_TIMEOUT_S = 30
+LOST_HOST_EXIT_CODE = 1
+SHUTDOWN_TIMEOUT_S = 300
 
 
 def detect() -> tuple[str, int] | None:
@@ -30,14 +53,120 @@ def detect() -> tuple[str, int] | None:
     return None
 
 
-def initialize() -> None:
-    """Calls jax.distributed.initialize() when this process is one of several."""
+def heartbeat_timeout(config) -> int:
+    """config.train.heartbeat_timeout_s, validated (a config without it: JAX's detection at
+    zoo's default)."""
+    train = config.get("train") if config is not None else None
+    value = train.get("heartbeat_timeout_s", DEFAULT_HEARTBEAT_TIMEOUT_S) if train else \
+        DEFAULT_HEARTBEAT_TIMEOUT_S
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 2 \
+            or value != int(value):
+        raise ConfigError(f"config.train.heartbeat_timeout_s={value!r} must be a whole number "
+                          "of seconds >= 2: how long a process may send no heartbeat before "
+                          "the others declare it lost and exit (JAX's default is 100)")
+    return int(value)
+
+
+def lost_process_message(status: str, process_id: int, num_processes: int) -> str:
+    """The one line a survivor prints, from the coordination service's error text."""
+    first = status.strip().splitlines()[0] if status.strip() else "no detail"
+    match = re.search(r"stopped sending heartbeats\):\s*([\d\s,]+)", status)
+    if match:
+        lost = sorted({int(x) for x in re.findall(r"\d+", match.group(1))})
+        who = ", ".join(str(x) for x in lost)
+        what = (f"lost process {who} of {num_processes}" if len(lost) == 1 else
+                f"lost processes {who} of {num_processes}")
+        return (f"error: {what}: it sent the coordination service no heartbeat for "
+                f"config.train.heartbeat_timeout_s; process {process_id} exits so that the "
+                "job is relaunched (rerun every process with the same command: it resumes "
+                "from the last complete checkpoint)")
+    if process_id != 0 and ("heartbeat" in status.lower() or "unavailable" in status.lower()
+                            or "leader" in status.lower()):
+        return (f"error: lost process 0 of {num_processes} (the coordinator): process "
+                f"{process_id} cannot reach its coordination service ({first}); it exits so "
+                "that the job is relaunched (rerun every process with the same command: it "
+                "resumes from the last complete checkpoint)")
+    return (f"error: the coordination service reported a failure of another process "
+            f"({first}); process {process_id} of {num_processes} exits so that the job is "
+            "relaunched (rerun every process with the same command: it resumes from the last "
+            "complete checkpoint)")
+
+
+def _report_and_exit(line: str) -> None:
+    sys.stdout.flush()
+    print(line, file=sys.stderr, flush=True)
+    os._exit(LOST_HOST_EXIT_CODE)
+
+
+def _watch_peers(client, process_id: int, num_processes: int, every_s: float,
+                 exiting: threading.Event) -> None:
+    """Asks the coordination service which processes are alive, every `every_s` seconds, on a
+    daemon thread: the main thread may be blocked in a collective that will never return."""
+    everyone = list(range(num_processes))
+    while not exiting.wait(every_s):
+        try:
+            live = client.get_live_nodes(everyone)
+        except Exception as e:  # the service itself (process 0) is gone  # noqa: BLE001
+            if exiting.is_set():  # process 0 finished first and took the service with it
+                return
+            if process_id != 0:
+                _report_and_exit(lost_process_message(f"UNAVAILABLE: {e}", process_id,
+                                                      num_processes))
+            raise
+        lost = [i for i in everyone if i not in live]
+        if lost and not exiting.is_set():
+            _report_and_exit(lost_process_message(
+                "The following tasks are unhealthy (stopped sending heartbeats): "
+                + ",".join(map(str, lost)), process_id, num_processes))
+
+
+def initialize(config=None) -> None:
+    """Calls jax.distributed.initialize() when this process is one of several, with
+    config.train.heartbeat_timeout_s and zoo's lost-process report (the module docstring)."""
     found = detect()
     if found is None or found[1] == 1:
         return
+    timeout = heartbeat_timeout(config)
+    kwargs = {}
     if found[0] == "explicit coordinator":
         count, index = os.environ.get("JAX_NUM_PROCESSES"), os.environ.get("JAX_PROCESS_ID")
-        jax.distributed.initialize(num_processes=int(count) if count else None,
-                                   process_id=int(index) if index else None)
+        kwargs = dict(num_processes=int(count) if count else None,
+                      process_id=int(index) if index else None)
+    # else: coordinator, count and index from the same detection
+    from jax._src import distributed as jax_distributed
+
+    # Recoverable: the service marks a silent process dead instead of aborting everyone from
+    # C++; _watch_peers sees it and reports it (see the module docstring).
+    with jax.enable_recoverability(True) if hasattr(jax, "enable_recoverability") else \
+            jax_distributed._ENABLE_RECOVERABILITY(True):
+        jax.distributed.initialize(heartbeat_timeout_seconds=timeout, **kwargs)
+    state = jax_distributed.global_state
+    if state.client is None:  # (a test's stand-in for jax.distributed.initialize)
         return
-    jax.distributed.initialize()  # coordinator, count and index from the same detection
+    exiting = threading.Event()
+    threading.Thread(target=_watch_peers, name="zoo-lost-host",
+                     args=(state.client, state.process_id, state.num_processes,
+                           max(1.0, timeout / 10), exiting), daemon=True).start()
+    # A recoverable service no longer holds its shutdown until every process has finished:
+    # without this barrier process 0 could exit first and take the service with it, and the
+    # others would abort on their way out. Registered after JAX's own atexit shutdown, so it
+    # runs before it; the same 5 minutes as JAX's shutdown_timeout_seconds.
+    atexit.register(_exit_together, state.client, state.process_id, state.num_processes,
+                    exiting)
+
+
+def _exit_together(client, process_id: int, num_processes: int,
+                   exiting: threading.Event) -> None:
+    exiting.set()
+    try:
+        client.wait_at_barrier("zoo_exit", timeout_in_ms=SHUTDOWN_TIMEOUT_S * 1000)
+        if process_id == 0:
+            # The service lives in this process: it stays up until every other process has
+            # disconnected (get_live_nodes returns once the live ones have all asked, and a
+            # disconnected one is no longer live).
+            deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
+            while (len(client.get_live_nodes(list(range(num_processes)))) > 1
+                   and time.monotonic() < deadline):
+                time.sleep(0.05)
+    except Exception:  # a process that is gone (or late): JAX's shutdown says so  # noqa: BLE001
+        pass
