@@ -9,6 +9,7 @@ import http.server
 import os
 import threading
 
+import ml_collections
 import pytest
 
 from tests.train import multihost
@@ -139,3 +140,28 @@ def test_a_lone_process_starts_no_coordination_service(monkeypatch):
     distributed.initialize()
     # JAX fills in the coordinator, count and index itself; zoo sets the heartbeat timeout.
     assert started == [((), {"heartbeat_timeout_seconds": distributed.DEFAULT_HEARTBEAT_TIMEOUT_S})]
+
+
+@pytest.mark.parametrize("value", [1, 2.5, "30", True, -5])
+def test_heartbeat_timeout_must_be_whole_seconds_of_at_least_2(value):
+    from zoo.errors import ConfigError
+    config = ml_collections.ConfigDict({"train": {"heartbeat_timeout_s": value}})
+    with pytest.raises(ConfigError, match=r"config\.train\.heartbeat_timeout_s=.* must be"):
+        distributed.heartbeat_timeout(config)
+
+
+def test_heartbeat_timeout_default_and_value():
+    assert distributed.heartbeat_timeout(None) == distributed.DEFAULT_HEARTBEAT_TIMEOUT_S == 30
+    config = ml_collections.ConfigDict({"train": {"heartbeat_timeout_s": 10}})
+    assert distributed.heartbeat_timeout(config) == 10
+
+
+def test_lost_process_lines():
+    line = distributed.lost_process_message(
+        "The following tasks are unhealthy (stopped sending heartbeats): 1,3", 0, 4)
+    assert line.startswith("error: lost processes 1, 3 of 4: they sent the coordination "
+                           "service no heartbeat for config.train.heartbeat_timeout_s; process "
+                           "0 exits")
+    line = distributed.lost_process_message("UNAVAILABLE: Socket closed", 2, 4)
+    assert line.startswith("error: lost process 0 of 4 (the coordinator): process 2 cannot "
+                           "reach its coordination service (UNAVAILABLE: Socket closed)")

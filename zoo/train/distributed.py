@@ -11,14 +11,16 @@ pins the jax it was tested with (tests/train/test_cluster_join.py simulates a 2-
 slice and a 2-task SLURM job).
 
 A lost host (killed, its machine gone) stops the others: JAX's coordination service declares a
-process dead when it sends no heartbeat for config.train.heartbeat_timeout_s, and every other
-process then hears of it within a few seconds, wherever it is blocked (a collective waiting on
-the dead peer, a checkpoint barrier). JAX's own reaction is an abort in C++ whose message spans
-lines and a core-dump-style stack; zoo asks for the same notice through the client's
-missed-heartbeat callback (a parameter `jax.distributed.initialize` does not expose, hence the
-wrapped client factory) and exits with one line naming the lost process, status 1, so the
-scheduler relaunches every process and the run resumes from its last complete checkpoint
-(tests/train/test_lost_host.py measures the detection time).
+process dead when it sends no heartbeat for config.train.heartbeat_timeout_s. Left to JAX, every
+other process then aborts in C++ with its reason spread over several lines (and JAX's
+missed-heartbeat callback cannot be given a Python function in this jaxlib: it dies with
+std::bad_cast). So zoo starts the service recoverable (a dead process is marked, nobody is
+aborted) and a daemon thread asks it which processes are alive; a survivor, wherever its main
+thread is blocked (a collective waiting on the dead peer, a checkpoint barrier), prints one line
+naming the lost process and exits 1, so the scheduler relaunches every process and the run
+resumes from its last complete checkpoint (tests/train/test_lost_host.py measures the time).
+Process 0 hosts the service, so it leaves last. A recoverable service no longer holds its
+shutdown for the others: every process meets at an exit barrier instead.
 """
 
 import atexit
@@ -76,7 +78,8 @@ def lost_process_message(status: str, process_id: int, num_processes: int) -> st
         who = ", ".join(str(x) for x in lost)
         what = (f"lost process {who} of {num_processes}" if len(lost) == 1 else
                 f"lost processes {who} of {num_processes}")
-        return (f"error: {what}: it sent the coordination service no heartbeat for "
+        pronoun = "they" if len(lost) > 1 else "it"
+        return (f"error: {what}: {pronoun} sent the coordination service no heartbeat for "
                 f"config.train.heartbeat_timeout_s; process {process_id} exits so that the "
                 "job is relaunched (rerun every process with the same command: it resumes "
                 "from the last complete checkpoint)")
@@ -94,7 +97,8 @@ def lost_process_message(status: str, process_id: int, num_processes: int) -> st
 
 def _report_and_exit(line: str) -> None:
     sys.stdout.flush()
-    print(line, file=sys.stderr, flush=True)
+    if line:
+        print(line, file=sys.stderr, flush=True)
     os._exit(LOST_HOST_EXIT_CODE)
 
 
@@ -115,9 +119,27 @@ def _watch_peers(client, process_id: int, num_processes: int, every_s: float,
             raise
         lost = [i for i in everyone if i not in live]
         if lost and not exiting.is_set():
-            _report_and_exit(lost_process_message(
+            line = lost_process_message(
                 "The following tasks are unhealthy (stopped sending heartbeats): "
-                + ",".join(map(str, lost)), process_id, num_processes))
+                + ",".join(map(str, lost)), process_id, num_processes)
+            if process_id == 0 and len(lost) < num_processes - 1:
+                # The service lives here: leaving at once would take it away before the other
+                # survivors heard why (they would abort with the service's own error instead).
+                # Keep answering their liveness queries for two of their polls, then go.
+                print(line, file=sys.stderr, flush=True)
+                threading.Thread(target=_keep_answering, args=(client, everyone),
+                                 daemon=True).start()
+                time.sleep(2 * every_s + 1)
+                line = ""  # printed
+            _report_and_exit(line)
+
+
+def _keep_answering(client, everyone) -> None:
+    while True:
+        try:
+            client.get_live_nodes(everyone)
+        except Exception:  # noqa: BLE001
+            return
 
 
 def initialize(config=None) -> None:
