@@ -145,10 +145,10 @@ def _keep_answering(client, everyone) -> None:
 def initialize(config=None) -> None:
     """Calls jax.distributed.initialize() when this process is one of several, with
     config.train.heartbeat_timeout_s and zoo's lost-process report (the module docstring)."""
+    timeout = heartbeat_timeout(config)  # a bad value is refused on one process too
     found = detect()
     if found is None or found[1] == 1:
         return
-    timeout = heartbeat_timeout(config)
     kwargs = {}
     if found[0] == "explicit coordinator":
         count, index = os.environ.get("JAX_NUM_PROCESSES"), os.environ.get("JAX_PROCESS_ID")

@@ -250,7 +250,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
                 with watchdog.phase("step", done):
                     state, step_metrics = train_step(state,
                                                      _to_global(next(batches), batch_sharding))
-                    jax.block_until_ready(previous_metrics)
+                    if watchdog.active:
+                        jax.block_until_ready(previous_metrics)
                 previous_metrics = step_metrics
                 history.append(step_metrics)
                 if profile and done == profile[1]:
@@ -296,9 +297,11 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
             print_samples(task, state.params)
     finally:
         # Waits for async saves: a checkpoint the log announced is on disk before we return.
-        with watchdog.phase("final save", saved):  # its own kind: judged by limit_s alone
-            checkpointer.close()
-        watchdog.close()
+        try:
+            with watchdog.phase("final save", saved):  # its own kind: judged by limit_s alone
+                checkpointer.close()
+        finally:
+            watchdog.close()
         if best is not None:
             best.close()
         writer.close()

@@ -37,8 +37,8 @@ def validate(cfg) -> tuple[float, float, float]:
                               "(0 turns its rule off; see configs/common.py)")
         values[key] = float(value)
     if 0 < values["factor"] <= 1:
-        raise ConfigError(f"config.train.watchdog.factor={values['factor']:g} must be > 1 (a multiple "
-                          "of the median phase time), or 0 for off")
+        raise ConfigError(f"config.train.watchdog.factor={values['factor']:g} must be > 1 (a "
+                          "multiple of the median phase time), or 0 for off")
     return values["factor"], values["min_s"], values["limit_s"]
 
 
@@ -58,6 +58,10 @@ class Watchdog:
             self._thread = threading.Thread(target=self._watch, name="zoo-hang-watchdog",
                                             daemon=True)
             self._thread.start()
+
+    @property
+    def active(self) -> bool:
+        return self._thread is not None
 
     def phase(self, kind: str, step: int):
         return _Phase(self, kind, step)
