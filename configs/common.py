@@ -106,6 +106,14 @@ def train_config(steps: ml_collections.FieldReference) -> ml_collections.ConfigD
             # '' = $JAX_COMPILATION_CACHE_DIR if set, else <workdir>/compile_cache; 'off' = none.
             compilation_cache_dir="",
             compilation_cache_min_compile_secs=0.0,  # keep programs that took at least this
+            # Several processes: one that sends no heartbeat for this long is declared lost and
+            # every other exits (status 1, one line naming it) for the scheduler to relaunch.
+            heartbeat_timeout_s=30,
+            # A step, eval or checkpoint save slower than factor x the median of its recent
+            # ones (and than min_s), or than limit_s at all (the first step's compile
+            # included), writes every thread's stack to stderr and exits with status 1.
+            # factor 0 / limit_s 0 = that rule off.
+            watchdog=dict(factor=20.0, min_s=300.0, limit_s=3600.0),
         )
     )
 

@@ -31,6 +31,7 @@ _LONG_MODULES = (
     # acceptance: the main job alone takes one worker for most of the tier
     "tests/test_main_job.py",
     "tests/train/test_multihost.py",
+    "tests/train/test_lost_host.py",
     "tests/test_elmo_binding.py",
     "tests/test_rnn_translation.py",
     "tests/test_translation.py",

@@ -156,6 +156,11 @@ _CLI_CASES = {  # name: (script, arguments, what stderr says)
                    r"config\.data\.source must be 'synthetic', 'text' or 'tfds', got 'txt'"),
     "bad_int": ("train.py", [_GPT, "--config.train.steps=ten"],  # absl's own check
                 r"flag --config\.train\.steps=ten: invalid literal for int\(\)"),
+    "bad_watchdog": ("train.py", [_GPT, "--config.train.watchdog.factor=0.5"],
+                     r"config\.train\.watchdog\.factor=0\.5 must be > 1"),
+    "bad_heartbeat": ("train.py", [_GPT, "--config.train.heartbeat_timeout_s=1"],
+                      r"config\.train\.heartbeat_timeout_s=1 must be a whole number of "
+                      r"seconds >= 2"),
 }
 
 

@@ -10,6 +10,8 @@ Faults live here, in the test harness, never in zoo/. KIND is one of:
                with SIGXFSZ ignored, so the write fails instead of the process dying): the C++
                writes of the arrays by tensorstore fail with EFBIG the way they fail with
                ENOSPC on a full disk, while the metrics log stays under the limit.
+  hang_step    train step STEP never returns (the host sleeps inside it, as inside a wedged
+               collective), after writing <workdir>/HANG_MARKER: the hang watchdog's case.
 """
 
 import asyncio
@@ -17,6 +19,7 @@ import os
 import resource
 import signal
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -32,7 +35,7 @@ HANG_MARKER = "fault_hanging"
 # (log_every=1) stay under 60 KiB.
 FILE_LIMIT = 96 * 1024
 
-_FAULT = flags.DEFINE_string("fault", None, "KIND:STEP, KIND in hang_commit, file_limit")
+_FAULT = flags.DEFINE_string("fault", None, "KIND:STEP, KIND in hang_commit, file_limit, hang_step")
 flags.mark_flag_as_required("fault")
 
 
@@ -71,7 +74,27 @@ def _file_limit(step: int, workdir: str) -> None:
     ocp.CheckpointManager.save = save
 
 
-_FAULTS = {"hang_commit": _hang_commit, "file_limit": _file_limit}
+def _hang_step(step: int, workdir: str) -> None:
+    from zoo.train import loop
+
+    original = loop.make_train_step
+
+    def make_train_step(setup, config):
+        train_step = original(setup, config)
+
+        def hanging(state, batch):
+            if int(state.step) + 1 == step:
+                _mark(os.path.join(workdir, HANG_MARKER), str(step))
+                while True:
+                    time.sleep(3600)
+            return train_step(state, batch)
+
+        return hanging
+
+    loop.make_train_step = make_train_step
+
+
+_FAULTS = {"hang_commit": _hang_commit, "file_limit": _file_limit, "hang_step": _hang_step}
 
 
 def main(config, workdir):

@@ -9,10 +9,12 @@ import http.server
 import os
 import threading
 
+import jax
+import ml_collections
 import pytest
 
 from tests.train import multihost
-from zoo.train import distributed
+from zoo.train import distributed, lost_hosts
 
 STEPS, EVERY = 12, 4
 # A dozen steps of tiny BERT cost less than compiling them: -O0 code generation for every run
@@ -124,7 +126,7 @@ def test_a_lone_process_starts_no_coordination_service(monkeypatch):
     for key in multihost.CLUSTER_VARIABLES:
         monkeypatch.delenv(key, raising=False)
     started = []
-    monkeypatch.setattr(distributed.jax.distributed, "initialize",
+    monkeypatch.setattr(jax.distributed, "initialize",
                         lambda *a, **k: started.append((a, k)))
     assert distributed.detect() is None
     distributed.initialize()
@@ -139,7 +141,34 @@ def test_a_lone_process_starts_no_coordination_service(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     distributed.initialize()
     # zoo's decision for SLURM (tests/train/test_launch.py has the table): JAX's coordinator
-    # port for job 1, one GPU per local task as JAX would (no tasks per node to check against).
+    # port for job 1, one GPU per local task as JAX would (no tasks per node to check against),
+    # and zoo's heartbeat timeout (zoo.train.lost_hosts).
     assert started == [((), dict(coordinator_address="node1:61441", num_processes=2,
                                  process_id=0, local_device_ids=[0],
-                                 cluster_detection_method="deactivate"))]
+                                 cluster_detection_method="deactivate",
+                                 heartbeat_timeout_seconds=lost_hosts.DEFAULT_HEARTBEAT_TIMEOUT_S))]
+
+
+@pytest.mark.parametrize("value", [1, 2.5, "30", True, -5])
+def test_heartbeat_timeout_must_be_whole_seconds_of_at_least_2(value):
+    from zoo.errors import ConfigError
+    config = ml_collections.ConfigDict({"train": {"heartbeat_timeout_s": value}})
+    with pytest.raises(ConfigError, match=r"config\.train\.heartbeat_timeout_s=.* must be"):
+        lost_hosts.heartbeat_timeout(config)
+
+
+def test_heartbeat_timeout_default_and_value():
+    assert lost_hosts.heartbeat_timeout(None) == lost_hosts.DEFAULT_HEARTBEAT_TIMEOUT_S == 30
+    config = ml_collections.ConfigDict({"train": {"heartbeat_timeout_s": 10}})
+    assert lost_hosts.heartbeat_timeout(config) == 10
+
+
+def test_lost_process_lines():
+    line = lost_hosts.lost_process_message(
+        "The following tasks are unhealthy (stopped sending heartbeats): 1,3", 0, 4)
+    assert line.startswith("error: lost processes 1, 3 of 4: they sent the coordination "
+                           "service no heartbeat for config.train.heartbeat_timeout_s; process "
+                           "0 exits")
+    line = lost_hosts.lost_process_message("UNAVAILABLE: Socket closed", 2, 4)
+    assert line.startswith("error: lost process 0 of 4 (the coordinator): process 2 cannot "
+                           "reach its coordination service (UNAVAILABLE: Socket closed)")

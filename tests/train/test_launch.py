@@ -7,10 +7,11 @@ wrong (it counts GPUs as if every task saw the whole node)."""
 
 import os
 
+import jax
 import pytest
 
 from zoo import errors
-from zoo.train import distributed
+from zoo.train import distributed, lost_hosts
 
 ALL = distributed.ALL_VISIBLE
 EIGHT = "0,1,2,3,4,5,6,7"
@@ -140,10 +141,11 @@ def test_a_layout_that_idles_or_misses_gpus_is_one_clear_error(env, names):
 
 def test_initialize_passes_the_decision_to_jax(monkeypatch):
     started = []
-    monkeypatch.setattr(distributed.jax.distributed, "initialize",
+    monkeypatch.setattr(jax.distributed, "initialize",
                         lambda *a, **k: started.append((a, k)))
     monkeypatch.setattr(os, "environ", dict(SLURM_NODE, CUDA_VISIBLE_DEVICES=EIGHT))
     distributed.initialize()
     assert started == [((), dict(coordinator_address="gpu07:61586", num_processes=2,
                                  process_id=1, local_device_ids=None,
-                                 cluster_detection_method="deactivate"))]
+                                 cluster_detection_method="deactivate",
+                                 heartbeat_timeout_seconds=lost_hosts.DEFAULT_HEARTBEAT_TIMEOUT_S))]

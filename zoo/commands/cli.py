@@ -125,7 +125,7 @@ def run(job: Callable[[ml_collections.ConfigDict, str], object]) -> None:
         # Orbax and grain log every save at INFO through absl; progress is ours to print.
         logging.set_verbosity(logging.WARNING)
         with errors.reported():
-            distributed.initialize()
+            distributed.initialize(flags.FLAGS.config)
             job(flags.FLAGS.config, _WORKDIR.value)
 
     app.run(main, flags_parser=_parse_global_flags)

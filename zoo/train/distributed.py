@@ -20,15 +20,17 @@ processes, so a lone process (a laptop, a single-host TPU VM, a one-task SLURM j
 a coordination service. JAX keeps no public API for "which cluster am I in", hence the private
 module; the lock pins the jax it was tested with (tests/train/test_cluster_join.py simulates a
 2-worker TPU VM slice and a 2-task SLURM job).
+
+Once joined, a process that dies stops the others within config.train.heartbeat_timeout_s and
+a few seconds, with one line naming it (zoo.train.lost_hosts).
 """
 
 import os
 import re
 from collections.abc import Mapping
 
-import jax
-
 from zoo import errors
+from zoo.train import lost_hosts
 
 # JAX's ports when none is given: the ephemeral range [61440, 65535], picked from the job id.
 _PORT_BASE, _PORT_SPAN = 65536 - 2**12, 2**12
@@ -200,20 +202,22 @@ def detect() -> tuple[str, int] | None:
     return None
 
 
-def initialize() -> None:
-    """Joins the other processes (jax.distributed.initialize) when this process is one of
-    several."""
+def initialize(config=None) -> None:
+    """Joins the other processes when this process is one of several: jax.distributed.initialize
+    with config.train.heartbeat_timeout_s, through zoo.train.lost_hosts (which reports a process
+    that dies)."""
+    timeout = lost_hosts.heartbeat_timeout(config)  # a bad value is refused on one process too
     planned = launch(os.environ)
     if planned is not None:
         if planned[1] is not None:
-            jax.distributed.initialize(**planned[1])
+            lost_hosts.join(timeout, planned[1])
         return
     found = detect()
     if found is None or found[1] == 1:
         return
+    kwargs = {}
     if found[0] == "explicit coordinator":  # an address, count or index missing: JAX's guess
         count, index = os.environ.get("JAX_NUM_PROCESSES"), os.environ.get("JAX_PROCESS_ID")
-        jax.distributed.initialize(num_processes=int(count) if count else None,
-                                   process_id=int(index) if index else None)
-        return
-    jax.distributed.initialize()  # coordinator, count and index from the same detection
+        kwargs = dict(num_processes=int(count) if count else None,
+                      process_id=int(index) if index else None)
+    lost_hosts.join(timeout, kwargs)  # else coordinator, count and index from the detection

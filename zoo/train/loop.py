@@ -20,7 +20,9 @@ from jax.experimental import multihost_utils
 from zoo import paths
 from zoo.errors import ConfigError, MissingFileError, UserError
 from zoo.train import metrics as metrics_lib
-from zoo.train import checkpoint, compile_cache, dry_run, flops, optim, partitioning, program, recipe, step
+from zoo.train import (checkpoint, compile_cache, dry_run, flops, optim, partitioning, program,
+                       recipe, step)
+from zoo.train import watchdog as watchdog_lib
 from zoo.train.checkpoint import Checkpointer, MissingParamsError
 from zoo.train.state import TrainState
 
@@ -197,6 +199,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
         raise ConfigError(f"config.train.nonfinite must be one of {NONFINITE_POLICIES}, "
                           f"got {train_cfg.nonfinite!r}")
     profile = _profile_window(train_cfg.profile_steps)
+    watchdog_lib.validate(train_cfg.get("watchdog"))  # before any compile: a typo fails at once
     if train_cfg.dry_run:
         return dry_run.report(config, workdir, task_factory, devices)
     setup = build(config, workdir, task_factory, devices)
@@ -237,13 +240,22 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
     # Whether a step's metrics can stop the run (and so must be read): see _stop_if_told.
     stops = train_cfg.nonfinite == "stop" or bool(train_cfg.loss_spike.factor)
     unread = []
+    # The hang watchdog times each step as the wait for the step before it to finish (the host
+    # stays one step ahead of the device, as the late reads below), each eval and each save.
+    watchdog = watchdog_lib.Watchdog(train_cfg.get("watchdog"))
+    previous_metrics = None
     try:
         with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules), \
                 _Preemption() as preemption:
             for done in range(start + 1, total + 1):
                 if profile and done == profile[0] + 1:
                     jax.profiler.start_trace(paths.join(workdir, "profile"))
-                state, step_metrics = train_step(state, _to_global(next(batches), batch_sharding))
+                with watchdog.phase("step", done):
+                    state, step_metrics = train_step(state,
+                                                     _to_global(next(batches), batch_sharding))
+                    if watchdog.active:
+                        jax.block_until_ready(previous_metrics)
+                previous_metrics = step_metrics
                 history.append(step_metrics)
                 if profile and done == profile[1]:
                     jax.block_until_ready(state)
@@ -268,13 +280,15 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
                     writer.write(done, "train", report)
                     history = []
                 if done % train_cfg.eval_every == 0 or done == total:
-                    summary = evaluate(task, eval_step, state.params, batch_sharding,
-                                       predict_step)
+                    with watchdog.phase("eval", done):
+                        summary = evaluate(task, eval_step, state.params, batch_sharding,
+                                           predict_step)
                     writer.write(done, "eval", summary)
                     _print_eval(done, summary)
                     _maybe_save_best(best, done, state, summary)
                 if done % train_cfg.checkpoint_every == 0 or done == total or preempted:
-                    checkpointer.save(done, state, batches)
+                    with watchdog.phase("save", done):
+                        checkpointer.save(done, state, batches)
                     saved = done
                 if preempted:
                     if jax.process_index() == 0:
@@ -286,7 +300,11 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
             print_samples(task, state.params)
     finally:
         # Waits for async saves: a checkpoint the log announced is on disk before we return.
-        checkpointer.close()
+        try:
+            with watchdog.phase("final save", saved):  # its own kind: judged by limit_s alone
+                checkpointer.close()
+        finally:
+            watchdog.close()
         if best is not None:
             best.close()
         writer.close()

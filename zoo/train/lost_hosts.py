@@ -1,0 +1,163 @@
+"""Lost hosts: a process of a multi-host run that dies stops the others, fast, with one line
+naming it.
+
+A lost host (killed, its machine gone) stops the others: JAX's coordination service declares a
+process dead when it sends no heartbeat for config.train.heartbeat_timeout_s. Left to JAX, every
+other process then aborts in C++ with its reason spread over several lines (and JAX's
+missed-heartbeat callback cannot be given a Python function in this jaxlib: it dies with
+std::bad_cast). So zoo starts the service recoverable (a dead process is marked, nobody is
+aborted) and a daemon thread asks it which processes are alive; a survivor, wherever its main
+thread is blocked (a collective waiting on the dead peer, a checkpoint barrier), prints one line
+naming the lost process and exits 1, so the scheduler relaunches every process and the run
+resumes from its last complete checkpoint (tests/train/test_lost_host.py measures the time).
+Process 0 hosts the service, so it leaves last. A recoverable service no longer holds its
+shutdown for the others: every process meets at an exit barrier instead.
+"""
+
+import atexit
+import re
+import sys
+import threading
+import time
+
+import jax
+
+from zoo.errors import ConfigError
+
+# JAX's default is 100 s; a healthy process sends its heartbeats from a C++ thread of its own
+# (not held by the GIL, a long compile or a step), so 30 s declares only a dead or frozen host.
+DEFAULT_HEARTBEAT_TIMEOUT_S = 30
+LOST_HOST_EXIT_CODE = 1
+SHUTDOWN_TIMEOUT_S = 300
+
+
+def heartbeat_timeout(config) -> int:
+    """config.train.heartbeat_timeout_s, validated (a config without it: JAX's detection at
+    zoo's default)."""
+    train = config.get("train") if config is not None else None
+    value = train.get("heartbeat_timeout_s", DEFAULT_HEARTBEAT_TIMEOUT_S) if train else \
+        DEFAULT_HEARTBEAT_TIMEOUT_S
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 2 \
+            or value != int(value):
+        raise ConfigError(f"config.train.heartbeat_timeout_s={value!r} must be a whole number "
+                          "of seconds >= 2: how long a process may send no heartbeat before "
+                          "the others declare it lost and exit (JAX's default is 100)")
+    return int(value)
+
+
+def lost_process_message(status: str, process_id: int, num_processes: int) -> str:
+    """The one line a survivor prints, from the coordination service's error text."""
+    first = status.strip().splitlines()[0] if status.strip() else "no detail"
+    match = re.search(r"stopped sending heartbeats\):\s*([\d\s,]+)", status)
+    if match:
+        lost = sorted({int(x) for x in re.findall(r"\d+", match.group(1))})
+        who = ", ".join(str(x) for x in lost)
+        what = (f"lost process {who} of {num_processes}" if len(lost) == 1 else
+                f"lost processes {who} of {num_processes}")
+        pronoun = "they" if len(lost) > 1 else "it"
+        return (f"error: {what}: {pronoun} sent the coordination service no heartbeat for "
+                f"config.train.heartbeat_timeout_s; process {process_id} exits so that the "
+                "job is relaunched (rerun every process with the same command: it resumes "
+                "from the last complete checkpoint)")
+    if process_id != 0 and ("heartbeat" in status.lower() or "unavailable" in status.lower()
+                            or "leader" in status.lower()):
+        return (f"error: lost process 0 of {num_processes} (the coordinator): process "
+                f"{process_id} cannot reach its coordination service ({first}); it exits so "
+                "that the job is relaunched (rerun every process with the same command: it "
+                "resumes from the last complete checkpoint)")
+    return (f"error: the coordination service reported a failure of another process "
+            f"({first}); process {process_id} of {num_processes} exits so that the job is "
+            "relaunched (rerun every process with the same command: it resumes from the last "
+            "complete checkpoint)")
+
+
+def _report_and_exit(line: str) -> None:
+    sys.stdout.flush()
+    if line:
+        print(line, file=sys.stderr, flush=True)
+    os._exit(LOST_HOST_EXIT_CODE)
+
+
+def _watch_peers(client, process_id: int, num_processes: int, every_s: float,
+                 exiting: threading.Event) -> None:
+    """Asks the coordination service which processes are alive, every `every_s` seconds, on a
+    daemon thread: the main thread may be blocked in a collective that will never return."""
+    everyone = list(range(num_processes))
+    while not exiting.wait(every_s):
+        try:
+            live = client.get_live_nodes(everyone)
+        except Exception as e:  # the service itself (process 0) is gone  # noqa: BLE001
+            if exiting.is_set():  # process 0 finished first and took the service with it
+                return
+            if process_id != 0:
+                _report_and_exit(lost_process_message(f"UNAVAILABLE: {e}", process_id,
+                                                      num_processes))
+            raise
+        lost = [i for i in everyone if i not in live]
+        if lost and not exiting.is_set():
+            line = lost_process_message(
+                "The following tasks are unhealthy (stopped sending heartbeats): "
+                + ",".join(map(str, lost)), process_id, num_processes)
+            if process_id == 0 and len(lost) < num_processes - 1:
+                # The service lives here: leaving at once would take it away before the other
+                # survivors heard why (they would abort with the service's own error instead).
+                # Keep answering their liveness queries for two of their polls, then go.
+                print(line, file=sys.stderr, flush=True)
+                threading.Thread(target=_keep_answering, args=(client, everyone),
+                                 daemon=True).start()
+                time.sleep(2 * every_s + 1)
+                line = ""  # printed
+            _report_and_exit(line)
+
+
+def _keep_answering(client, everyone) -> None:
+    while True:
+        try:
+            client.get_live_nodes(everyone)
+        except Exception:  # noqa: BLE001
+            return
+
+
+def join(heartbeat_timeout_s: int, kwargs: dict) -> None:
+    """jax.distributed.initialize(**kwargs) with a recoverable coordination service, then a
+    daemon thread that reports a lost process, and an exit barrier (the module docstring)."""
+    from jax._src import distributed as jax_distributed
+
+    # Recoverable: the service marks a silent process dead instead of aborting everyone from
+    # C++; _watch_peers sees it and reports it (see the module docstring).
+    with jax.enable_recoverability(True) if hasattr(jax, "enable_recoverability") else \
+            jax_distributed._ENABLE_RECOVERABILITY(True):
+        jax.distributed.initialize(heartbeat_timeout_seconds=heartbeat_timeout_s,
+                                   **kwargs)
+    state = jax_distributed.global_state
+    if state.client is None:  # (a test's stand-in for jax.distributed.initialize)
+        return
+    exiting = threading.Event()
+    threading.Thread(target=_watch_peers, name="zoo-lost-host",
+                     args=(state.client, state.process_id, state.num_processes,
+                           max(1.0, heartbeat_timeout_s / 10), exiting), daemon=True).start()
+    # A recoverable service no longer holds its shutdown until every process has finished:
+    # without this barrier process 0 could exit first and take the service with it, and the
+    # others would abort on their way out. Registered after JAX's own atexit shutdown, so it
+    # runs before it; the same 5 minutes as JAX's shutdown_timeout_seconds.
+    atexit.register(_exit_together, state.client, state.process_id, state.num_processes,
+                    exiting)
+
+
+
+
+def _exit_together(client, process_id: int, num_processes: int,
+                   exiting: threading.Event) -> None:
+    exiting.set()
+    try:
+        client.wait_at_barrier("zoo_exit", timeout_in_ms=SHUTDOWN_TIMEOUT_S * 1000)
+        if process_id == 0:
+            # The service lives in this process: it stays up until every other process has
+            # disconnected (get_live_nodes returns once the live ones have all asked, and a
+            # disconnected one is no longer live).
+            deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
+            while (len(client.get_live_nodes(list(range(num_processes)))) > 1
+                   and time.monotonic() < deadline):
+                time.sleep(0.05)
+    except Exception:  # a process that is gone (or late): JAX's shutdown says so  # noqa: BLE001
+        pass
