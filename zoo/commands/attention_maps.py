@@ -47,7 +47,6 @@ Command line (one PNG per kind under --out, their paths printed):
 """
 
 import dataclasses
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any

@@ -15,6 +15,7 @@ shutdown for the others: every process meets at an exit barrier instead.
 """
 
 import atexit
+import os
 import re
 import sys
 import threading
