@@ -266,9 +266,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     # Preparation: a corpus of ~0.25 MB (quick) or ~3.8 MB (1x; 8x ~30 MB), shards of shard_mb.
     args.prepare_entities, args.shard_mb = (1000, 0.1) if args.quick else (20000, 4.0)
     from configs import bert_pretrain
+    from zoo.data.pipelines import run_order
 
     pretrain_data = bert_pretrain.get_config("size=base").data
-    args.run_rows = args.run_rows or pretrain_data.read_run_rows
+    args.run_rows = args.run_rows or run_order.resolve_run_rows(pretrain_data.read_run_rows,
+                                                                args.batch_size)
     args.read_ahead_mb = (pretrain_data.read_ahead_mb if args.read_ahead_mb is None
                           else args.read_ahead_mb)
     args.host_cpus = args.host_cpus or HOST_CPUS.get(args.accelerator, os.cpu_count())

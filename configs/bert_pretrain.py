@@ -86,10 +86,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         num_workers=0,
         # Training reads runs of this many consecutive rows of a shard (rows were shuffled when
         # prepared), the runs shuffled each epoch: from a bucket, one ranged GET per run, so a
-        # host of 1,024 rows per step sends ~65 small requests instead of 1,024. 16 runs make a
-        # batch of 256, more shards than google-research/bert mixes (its reader interleaves a
-        # few files through a 100-example buffer); 1 = every row drawn on its own.
-        read_run_rows=16,
+        # host of 1,024 rows per step sends ~65 small requests instead of 1,024. 1 = every row
+        # drawn on its own; 0 = batch_size // 64 between 1 and 16, so every batch draws at
+        # least 64 runs (tiny: 1; BERT's 256: 4; 1,024 and up: 16; zoo.data.pipelines.run_order).
+        read_run_rows=0,
         # Records read ahead of training from a bucket, per host (up to 16 batches: phase 2's
         # 512 rows per host per step are 0.7 MB); 0 = read each batch when it is needed.
         read_ahead_mb=64,

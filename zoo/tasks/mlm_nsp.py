@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zoo.data.pipelines import pretraining_batches, pretraining_data
+from zoo.data.pipelines import pretraining_batches, pretraining_data, run_order
 from zoo.models import bert
 from zoo.tasks.base import Batch, Task
 from zoo.train import dry_run
@@ -89,7 +89,8 @@ class PretrainingTask(Task):
         return pretraining_batches.train_iterator(
             self.train_source, self.config.data.batch_size, self.config.data.seed,
             process_index, process_count, num_workers=self.config.data.num_workers,
-            run_rows=self.config.data.read_run_rows,
+            run_rows=run_order.resolve_run_rows(self.config.data.read_run_rows,
+                                                self.config.data.batch_size),
             read_ahead_mb=self.config.data.read_ahead_mb)
 
     def eval_batches(self, process_index: int, process_count: int):

@@ -6,7 +6,8 @@ import grain
 import numpy as np
 import pytest
 
-from zoo.data.pipelines.run_order import RunOrder
+from configs import bert_pretrain
+from zoo.data.pipelines.run_order import RunOrder, resolve_run_rows
 from zoo.errors import ConfigError
 
 SHARD_ROWS = [37, 50, 3, 41]  # a shard smaller than a run, and tails of every length
@@ -58,3 +59,14 @@ def test_bad_run_rows_and_seed_name_the_key():
         RunOrder(SHARD_ROWS, 0, 1)
     with pytest.raises(ConfigError, match="config.data.seed=-1"):
         RunOrder(SHARD_ROWS, 4, -1)
+
+
+def test_an_automatic_run_length_leaves_every_batch_64_runs():
+    # 0 = batch_size // 64 between 1 and 16: tiny BERT's 32 rows keep the row-by-row shuffle.
+    assert [resolve_run_rows(0, b) for b in (32, 127, 128, 256, 1024, 65536)] == [
+        1, 1, 2, 4, 16, 16]
+    assert resolve_run_rows(0, bert_pretrain.get_config("size=tiny").data.batch_size) == 1
+    assert resolve_run_rows(5, 32) == 5  # a length given is kept
+    for bad in (-1, 2.5, True, "16"):
+        with pytest.raises(ConfigError, match=r"config\.data\.read_run_rows=.* must be an int >= 0"):
+            resolve_run_rows(bad, 256)

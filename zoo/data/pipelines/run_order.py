@@ -38,6 +38,27 @@ def _shuffled(index: int, count: int, seed: int, epoch: int) -> int:
                                               seed=(seed + epoch) % 2**32, rounds=_ROUNDS)
 
 
+# An automatic run length leaves every global batch at least this many runs (random places in
+# the data): tiny BERT (batch 32, many epochs over one shard) pretrained with fixed groups of 16
+# rows, 2 to a batch, read 75% and 86% on the relation probe against 84% and 95% with rows
+# drawn one by one (two train seeds each).
+MIN_RUNS_PER_BATCH = 64
+MAX_AUTO_RUN_ROWS = 16
+
+
+def resolve_run_rows(value, batch_size: int) -> int:
+    """config.data.read_run_rows: a run length >= 1 as given, or 0 = batch_size // 64, between 1
+    and 16 (1 below a batch of 128, so small jobs keep a row-by-row shuffle; 4 at BERT's 256;
+    16 from 1,024, where a pod's hosts read from a bucket)."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 0:
+        raise ConfigError(f"config.data.read_run_rows={value!r} must be an int >= 0 (rows read "
+                          "from a shard in one request; 1 = every row on its own; 0 = chosen "
+                          "from the batch size)")
+    if value == 0:
+        return int(min(MAX_AUTO_RUN_ROWS, max(1, batch_size // MIN_RUNS_PER_BATCH)))
+    return int(value)
+
+
 def check_run_rows(run_rows) -> None:
     if not isinstance(run_rows, (int, np.integer)) or isinstance(run_rows, bool) or run_rows < 1:
         raise ConfigError(f"config.data.read_run_rows={run_rows!r} must be an int >= 1 (rows "
