@@ -7,13 +7,11 @@ import glob
 import json
 import os
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 
 from tests.train import gpt_process
+from tests.train.saved_states import file_tree, save_steps, small_state
 from zoo.train import checksums
 from zoo.train.checkpoint import (
     Checkpointer,
@@ -22,13 +20,6 @@ from zoo.train.checkpoint import (
     DataReshardError,
     _restore_iterator,
 )
-from zoo.train.state import TrainState
-
-
-def _state(offset=0.0, width=32):
-    params = {"w": jnp.arange(width * width, dtype=jnp.float32).reshape(width, width) + offset,
-              "b": jnp.full((width,), offset)}
-    return TrainState.create(params, optax.sgd(0.1), jax.random.key(0))
 
 
 def _largest_array_file(workdir, step):
@@ -43,18 +34,6 @@ def _flip_bytes(path, count=16):
         data = f.read(count)
         f.seek(os.path.getsize(path) // 2)
         f.write(bytes(b ^ 0xFF for b in data))
-
-
-def _saved(workdir, steps=(2, 4)):
-    saver = Checkpointer(workdir)
-    for step in steps:
-        saver.save(step, _state(float(step)))
-    saver.close()
-
-
-def _tree(directory):
-    return sorted(os.path.relpath(p, directory)
-                  for p in glob.glob(os.path.join(directory, "**"), recursive=True))
 
 
 def test_checksums_name_flipped_resized_and_missing_files(tmp_path):
@@ -73,7 +52,7 @@ def test_checksums_name_flipped_resized_and_missing_files(tmp_path):
 
 
 def test_every_async_save_commits_its_checksums(tmp_path):
-    _saved(str(tmp_path))
+    save_steps(str(tmp_path))
     for step in (2, 4):
         directory = tmp_path / "checkpoints" / str(step)
         record = json.loads((directory / checksums.FILENAME).read_text())
@@ -84,7 +63,7 @@ def test_every_async_save_commits_its_checksums(tmp_path):
 @pytest.mark.parametrize("damage", ["flipped bytes", "truncated file", "garbled metadata"])
 def test_unreadable_latest_falls_back_and_is_set_aside(tmp_path, damage, capsys):
     workdir = str(tmp_path)
-    _saved(workdir)
+    save_steps(workdir)
     if damage == "flipped bytes":  # reads fine: only the checksums can tell
         _flip_bytes(_largest_array_file(workdir, 4))
     elif damage == "truncated file":  # without checksums: tensorstore's own read error
@@ -95,58 +74,58 @@ def test_unreadable_latest_falls_back_and_is_set_aside(tmp_path, damage, capsys)
         os.remove(os.path.join(workdir, "checkpoints", "4", checksums.FILENAME))
         with open(os.path.join(workdir, "checkpoints", "4", "state", "_METADATA"), "w") as f:
             f.write("{not json")
-    damaged_files = _tree(os.path.join(workdir, "checkpoints", "4"))
+    damaged_files = file_tree(os.path.join(workdir, "checkpoints", "4"))
     checkpointer = Checkpointer(workdir)
-    restored = checkpointer.restore(_state(), quarantine=True)
-    np.testing.assert_array_equal(restored.params["w"], _state(2.0).params["w"])
+    restored = checkpointer.restore(small_state(), quarantine=True)
+    np.testing.assert_array_equal(restored.params["w"], small_state(2.0).params["w"])
     out = capsys.readouterr().out
     assert "checkpoint step 4 in" in out and "is unreadable" in out
     assert "resumed from step 2, the newest readable checkpoint; moved step(s) [4]" in out
     # Set aside whole, not deleted, and out of the way of saving step 4 again.
-    assert _tree(os.path.join(workdir, "checkpoints_corrupt", "4")) == damaged_files
+    assert file_tree(os.path.join(workdir, "checkpoints_corrupt", "4")) == damaged_files
     assert checkpointer.latest_step() == 2
-    checkpointer.save(4, _state(40.0))
+    checkpointer.save(4, small_state(40.0))
     checkpointer.close()
-    again = Checkpointer(workdir).restore(_state())
-    np.testing.assert_array_equal(again.params["w"], _state(40.0).params["w"])
+    again = Checkpointer(workdir).restore(small_state())
+    np.testing.assert_array_equal(again.params["w"], small_state(40.0).params["w"])
 
 
 def test_without_quarantine_the_damaged_step_stays_in_place(tmp_path):
     workdir = str(tmp_path)
-    _saved(workdir)
+    save_steps(workdir)
     _flip_bytes(_largest_array_file(workdir, 4))
-    restored = Checkpointer(workdir).restore(_state())  # e.g. eval.py beside a training run
-    np.testing.assert_array_equal(restored.params["b"], _state(2.0).params["b"])
+    restored = Checkpointer(workdir).restore(small_state())  # e.g. eval.py beside a training run
+    np.testing.assert_array_equal(restored.params["b"], small_state(2.0).params["b"])
     assert os.path.isdir(os.path.join(workdir, "checkpoints", "4"))
     assert not os.path.exists(os.path.join(workdir, "checkpoints_corrupt"))
 
 
 def test_no_readable_checkpoint_names_each_and_moves_nothing(tmp_path):
     workdir = str(tmp_path)
-    _saved(workdir)
+    save_steps(workdir)
     for step in (2, 4):
         _flip_bytes(_largest_array_file(workdir, step))
-    before = _tree(workdir)
+    before = file_tree(workdir)
     with pytest.raises(CorruptCheckpointError,
                        match=r"no readable checkpoint .*step 4: .*CRC-32.*step 2: .*CRC-32.*"
                              r"Nothing was moved"):
-        Checkpointer(workdir).restore(_state(), quarantine=True)
-    assert _tree(workdir) == before
+        Checkpointer(workdir).restore(small_state(), quarantine=True)
+    assert file_tree(workdir) == before
 
 
 def test_checkpoint_of_another_model_is_refused_not_skipped(tmp_path):
     workdir = str(tmp_path)
-    _saved(workdir)
-    before = _tree(workdir)
+    save_steps(workdir)
+    before = file_tree(workdir)
     with pytest.raises(CheckpointMismatchError,
                        match=r"step 4 .* another model or config .*\['w'\]: checkpoint "
                              r"\(32, 32\), this model \(16, 16\).*new --workdir"):
-        Checkpointer(workdir).restore(_state(width=16), quarantine=True)
-    assert _tree(workdir) == before  # the older step was not tried, nothing was moved
+        Checkpointer(workdir).restore(small_state(width=16), quarantine=True)
+    assert file_tree(workdir) == before  # the older step was not tried, nothing was moved
 
 
 def test_a_train_state_from_another_zoo_version_is_named(tmp_path):
-    old = _state(2.0)
+    old = small_state(2.0)
     # The train state before it kept loss statistics: the same arrays, one field fewer.
     saver = Checkpointer(str(tmp_path))
     saver.save(2, {"step": old.step, "params": old.params, "opt_state": old.opt_state,
@@ -155,7 +134,7 @@ def test_a_train_state_from_another_zoo_version_is_named(tmp_path):
     with pytest.raises(CheckpointMismatchError,
                        match=r"fields \['opt_state', 'params', 'rng', 'step'\], and this version "
                              r"of zoo keeps \['loss_stats', .*--config\.train\.init_from="):
-        Checkpointer(str(tmp_path)).restore(_state(), quarantine=True)
+        Checkpointer(str(tmp_path)).restore(small_state(), quarantine=True)
 
 
 class _Position:

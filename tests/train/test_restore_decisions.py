@@ -11,36 +11,15 @@ import subprocess
 import sys
 import time
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 import orbax.checkpoint as ocp
 import pytest
 
 from tests.train import multihost
+from tests.train.saved_states import file_tree, save_steps, small_state
 from zoo import paths
 from zoo.train import checksums
 from zoo.train.checkpoint import Checkpointer
-from zoo.train.state import TrainState
-
-
-def _state(offset=0.0):
-    params = {"w": jnp.arange(32 * 32, dtype=jnp.float32).reshape(32, 32) + offset,
-              "b": jnp.full((32,), offset)}
-    return TrainState.create(params, optax.sgd(0.1), jax.random.key(0))
-
-
-def _saved(workdir, steps=(2, 4)):
-    saver = Checkpointer(workdir)
-    for step in steps:
-        saver.save(step, _state(float(step)))
-    saver.close()
-
-
-def _tree(directory):
-    return sorted(os.path.relpath(p, directory)
-                  for p in glob.glob(os.path.join(directory, "**"), recursive=True))
 
 
 def _largest_chunk(state_dir):
@@ -53,7 +32,7 @@ def _garble(path):
         f.write("{not json")
 
 
-# Each as orbax and tensorstore report it (zoo.train.checkpoint.damage_evidence), with the
+# Each as orbax and tensorstore report it (zoo.train.restore_verdicts.damage_evidence), with the
 # checksum record removed so that their own error is the only evidence.
 DAMAGE = {
     "deleted chunk file": (lambda s: os.remove(_largest_chunk(s)), "FAILED_PRECONDITION"),
@@ -73,12 +52,12 @@ DAMAGE = {
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
 def test_each_kind_of_damage_is_evidence(tmp_path, damage, capsys):
     workdir = str(tmp_path)
-    _saved(workdir)
+    save_steps(workdir)
     os.remove(os.path.join(workdir, "checkpoints", "4", checksums.FILENAME))
     harm, reported = DAMAGE[damage]
     harm(os.path.join(workdir, "checkpoints", "4", "state"))
-    restored = Checkpointer(workdir).restore(_state())
-    np.testing.assert_array_equal(restored.params["b"], _state(2.0).params["b"])
+    restored = Checkpointer(workdir).restore(small_state())
+    np.testing.assert_array_equal(restored.params["b"], small_state(2.0).params["b"])
     out = capsys.readouterr().out
     assert "checkpoint step 4 in" in out and reported in out
 
@@ -98,40 +77,40 @@ def _inject(monkeypatch, errors):
 
 def test_an_error_inside_restore_is_raised_and_nothing_moves(tmp_path, monkeypatch):
     workdir = str(tmp_path)
-    _saved(workdir)
-    before = _tree(workdir)
+    save_steps(workdir)
+    before = file_tree(workdir)
     # What an out-of-memory looks like from XLA: evidence of nothing about the files.
     _inject(monkeypatch, [RuntimeError("RESOURCE_EXHAUSTED: out of memory allocating 12 GiB")])
     with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED") as raised:
-        Checkpointer(workdir).restore(_state(), quarantine=True)
+        Checkpointer(workdir).restore(small_state(), quarantine=True)
     assert raised.traceback[-1].name == "restore"  # raised where it happened, not re-wrapped
-    assert _tree(workdir) == before
+    assert file_tree(workdir) == before
 
 
 def test_a_passing_tensorstore_error_is_retried(tmp_path, monkeypatch, fast_retries, caplog):
     workdir = str(tmp_path)
-    _saved(workdir)
-    before = _tree(workdir)
+    save_steps(workdir)
+    before = file_tree(workdir)
     _inject(monkeypatch, [ValueError("UNAVAILABLE: HTTP response code: 503")] * 2)
     with caplog.at_level(logging.WARNING, logger="zoo.retry"):
-        restored = Checkpointer(workdir).restore(_state(), quarantine=True)
-    np.testing.assert_array_equal(restored.params["b"], _state(4.0).params["b"])
+        restored = Checkpointer(workdir).restore(small_state(), quarantine=True)
+    np.testing.assert_array_equal(restored.params["b"], small_state(4.0).params["b"])
     retries = [r.getMessage() for r in caplog.records if "restoring checkpoint step 4" in
                r.getMessage()]
     assert len(retries) == 2 and "attempt 1 of 3" in retries[0], retries  # one line each
-    assert _tree(workdir) == before
+    assert file_tree(workdir) == before
 
 
 def test_503s_on_the_first_reads_from_a_bucket_restore_the_same_step(gcs_knobs, gcs_bucket,
                                                                      fast_retries):
     workdir = f"{gcs_bucket}/run"
-    _saved(workdir)
+    save_steps(workdir)
     # More than gcsfs's 6 tries of one request: the first read of the newest step's metadata
     # fails as a whole and zoo.retry reads it again.
     gcs_knobs.fail(503, count=8, object="run/checkpoints/4/state/_METADATA", op="read")
     mark = gcs_knobs.mark()
-    restored = Checkpointer(workdir).restore(_state(), quarantine=True)
-    np.testing.assert_array_equal(restored.params["b"], _state(4.0).params["b"])
+    restored = Checkpointer(workdir).restore(small_state(), quarantine=True)
+    np.testing.assert_array_equal(restored.params["b"], small_state(4.0).params["b"])
     assert sum(r["status"] == 503 for r in gcs_knobs.requests(since=mark)) == 8
     steps = sorted(p.name for p in paths.as_path(f"{workdir}/checkpoints").iterdir())
     assert steps == ["2", "4"]
@@ -190,7 +169,7 @@ def saved_by_two(_saved_once, tmp_path):
 
 
 def test_one_process_failing_a_restore_stops_both_with_its_traceback(saved_by_two):
-    before = _tree(saved_by_two)
+    before = file_tree(saved_by_two)
     (code0, out0), (code1, out1) = _job("restore", saved_by_two, fault="raise:1")
     assert code1 != 0 and "Traceback" in out1, out1[-3000:]
     assert "RuntimeError: injected: RESOURCE_EXHAUSTED" in out1
@@ -198,7 +177,7 @@ def test_one_process_failing_a_restore_stops_both_with_its_traceback(saved_by_tw
     assert code0 != 0, out0[-3000:]
     assert ("CheckpointRestoreError: process 1 of 2 could not restore checkpoint step 4"
             in out0), out0[-3000:]
-    assert _tree(saved_by_two) == before
+    assert file_tree(saved_by_two) == before
 
 
 def test_a_file_damaged_for_one_process_only_sends_both_back(saved_by_two):

@@ -8,7 +8,6 @@ import dataclasses
 import json
 import os
 import shutil
-from collections.abc import Callable
 
 import grain
 import jax
@@ -17,9 +16,10 @@ import orbax.checkpoint as ocp
 from etils import epath
 from jax.experimental import multihost_utils
 
-from zoo import paths, retry
+from zoo import paths
 from zoo.errors import ConfigError, DataError, MissingFileError, UserError
 from zoo.train import checkpoint_failures, checksums
+from zoo.train import restore_verdicts as verdicts
 from zoo.train.checkpoint_failures import CheckpointWriteError, first_line
 
 
@@ -43,93 +43,6 @@ class DataReshardError(UserError, ValueError):
 class CheckpointRestoreError(RuntimeError):
     """Another process could not restore the checkpoint (its own log has the traceback); this
     process stops with it, so every process makes the same decision."""
-
-
-class _Unreadable(Exception):
-    """Evidence that one step's files are damaged (the restore falls back to an older step)."""
-
-
-# Tensorstore raises ValueError('<absl status code>: ...'). These codes, on a read of a
-# committed checkpoint, are what damaged files produce (measured on orbax 0.12.8, OCDBT):
-# a deleted chunk file 'FAILED_PRECONDITION: Error reading "params.w/0.0" ...: Truncated
-# Zstd-compressed stream', a truncated one 'OUT_OF_RANGE: Error reading ...: Requested byte
-# range [0, 2350) is not valid for value of size 1377', a garbled manifest 'DATA_LOSS: ...
-# Error decoding manifest', a deleted manifest 'NOT_FOUND: ... Metadata at "step/.zarray" ...
-# does not exist'. FAILED_PRECONDITION also means other things, so only with a read or decode
-# in its text.
-_DAMAGE_STATUS = ("DATA_LOSS:", "NOT_FOUND:", "OUT_OF_RANGE:")
-_READ_FAILED = ("Error reading", "Error decoding", "Invalid JSON", "Truncated")
-# ... and these pass (tensorstore's own HTTP retries ran out on a 5xx, 429 or a timeout).
-_TRANSIENT_STATUS = ("UNAVAILABLE:", "DEADLINE_EXCEEDED:", "ABORTED:")
-
-
-def _chain(error: BaseException | None):
-    seen = set()
-    while error is not None and id(error) not in seen:
-        seen.add(id(error))
-        yield error
-        error = error.__cause__ or error.__context__
-
-
-def damage_evidence(error: BaseException) -> str | None:
-    """Why `error`, raised reading a committed checkpoint, proves its files damaged (a file
-    missing, metadata that does not parse, tensorstore's data-loss codes), or None when it
-    proves nothing (out of memory, a sharding bug, a storage outage: not the files' fault)."""
-    for e in _chain(error):
-        if isinstance(e, FileNotFoundError):
-            return f"a file is missing ({first_line(e)})"
-        if isinstance(e, (json.JSONDecodeError, UnicodeDecodeError)):
-            return f"its metadata does not parse ({first_line(e)})"
-        if isinstance(e, ValueError):
-            text = str(e)
-            if text.startswith(_DAMAGE_STATUS) or (
-                    text.startswith("FAILED_PRECONDITION:") and any(
-                        marker in text for marker in _READ_FAILED)):
-                return first_line(e)
-    return None
-
-
-def _read(fn: Callable, what: str):
-    """`fn()` (a read of checkpoint files), retried by zoo.retry while it fails with an error
-    that passes; damage evidence raises _Unreadable; anything else is raised untouched."""
-
-    def attempt():
-        try:
-            return fn()
-        except Exception as e:  # noqa: BLE001 -- sorted into evidence, passing, the rest
-            evidence = damage_evidence(e)
-            if evidence is not None:
-                raise _Unreadable(evidence) from e
-            if any(str(x).startswith(_TRANSIENT_STATUS) for x in _chain(e)
-                   if isinstance(x, ValueError)):
-                # Tensorstore's passing errors are ValueErrors: name them for zoo.retry.
-                raise ConnectionError(first_line(e)) from e
-            raise
-
-    return retry.retrying(attempt, what=what)
-
-
-# A verdict gathered from every process: a code, then the reason in UTF-8 (cut to fit).
-_OK, _CORRUPT, _ERROR = 0, 1, 2
-_REASON_BYTES = 512
-
-
-def _agree(code: int, reason: str) -> tuple[int, int, str]:
-    """(code, process, reason) that every process decides from all processes' (code, reason):
-    an error anywhere wins over damage anywhere, which wins over ok; the first process with
-    the winning code gives its reason. Every process calls this once per decision, whatever
-    happened to it before, so none waits for one that took another path."""
-    if jax.process_count() == 1:
-        return code, 0, reason
-    local = np.zeros(1 + _REASON_BYTES, np.uint8)
-    local[0] = code
-    encoded = reason.encode()[:_REASON_BYTES]
-    local[1:1 + len(encoded)] = np.frombuffer(encoded, np.uint8)
-    every = np.asarray(multihost_utils.process_allgather(local))  # (processes, 1 + bytes)
-    worst = int(every[:, 0].max())
-    process = int(np.argmax(every[:, 0] == worst))
-    text = every[process, 1:].tobytes().rstrip(b"\0").decode(errors="replace")
-    return worst, process, text
 
 
 def _warn(message: str) -> None:
@@ -182,7 +95,7 @@ def _read_position(directory: str):
             return json.loads(own.read_text())
         saved = sorted(p.name for p in root.iterdir() if p.name.startswith("process_"))
         if not saved:
-            raise _Unreadable(f"{directory} holds no data-iterator position")
+            raise verdicts.Unreadable(f"{directory} holds no data-iterator position")
         states = [json.loads((root / name).read_text()) for name in saved]
         if any(s != states[0] for s in states):
             writers = saved[0].rsplit("-of-", 1)[1].removesuffix(".json")
@@ -193,9 +106,9 @@ def _read_position(directory: str):
         return states[0]
 
     try:
-        return _read(read, what=f"reading the data-iterator position in {directory}")
-    except _Unreadable as e:
-        raise _Unreadable(f"its data-iterator position is unreadable ({e})") from e
+        return verdicts.read(read, what=f"reading the data-iterator position in {directory}")
+    except verdicts.Unreadable as e:
+        raise verdicts.Unreadable(f"its data-iterator position is unreadable ({e})") from e
 
 
 def existing(workdir: str) -> "Checkpointer | None":
@@ -356,22 +269,22 @@ class Checkpointer:
         unreadable = []
         for candidate in steps:
             state = position = error = None
-            code, reason = _OK, ""
+            code, reason = verdicts.OK, ""
             try:
                 state, position = self._restore_step(candidate, abstract, data_iterator)
-            except _Unreadable as e:
-                code, reason = _CORRUPT, str(e)
+            except verdicts.Unreadable as e:
+                code, reason = verdicts.CORRUPT, str(e)
             except Exception as e:  # noqa: BLE001 -- raised below, once every process knows
-                code, reason, error = _ERROR, first_line(e), e
-            code, process, reason = _agree(code, reason)
-            if code == _ERROR:
+                code, reason, error = verdicts.ERROR, first_line(e), e
+            code, process, reason = verdicts.agree(code, reason)
+            if code == verdicts.ERROR:
                 if error is not None:
                     raise error
                 raise CheckpointRestoreError(
                     f"process {process} of {jax.process_count()} could not restore checkpoint "
                     f"step {candidate} in {self.directory} ({reason}); its log has the "
                     "traceback. Nothing was moved")
-            if code == _CORRUPT:
+            if code == verdicts.CORRUPT:
                 if jax.process_count() > 1:
                     reason = f"on process {process}, {reason}"
                 unreadable.append((candidate, reason))
@@ -392,18 +305,18 @@ class Checkpointer:
         return paths.join(self.directory, str(step))
 
     def _restore_step(self, step: int, abstract, data_iterator):
-        """(state, data position or None) of `step`; _Unreadable on evidence of damage."""
+        """(state, data position or None) of `step`; verdicts.Unreadable on evidence of damage."""
         directory = self._step_directory(step)
-        found = _read(lambda: checksums.problems(directory),
+        found = verdicts.read(lambda: checksums.problems(directory),
                       what=f"checking the checksums of {directory}")
         if found:
-            raise _Unreadable(f"{len(found)} file(s) damaged since they were written: "
+            raise verdicts.Unreadable(f"{len(found)} file(s) damaged since they were written: "
                               f"{', '.join(found[:3])}")
         self._check_fits(step, abstract)
         # Through the handler, not the CheckpointManager: orbax's Checkpointer.restore ends in
         # a barrier of all processes, which the others would wait in (for 5 minutes) while one
         # whose read failed goes on to the verdict.
-        state = _read(lambda: ocp.StandardCheckpointHandler().restore(
+        state = verdicts.read(lambda: ocp.StandardCheckpointHandler().restore(
             epath.Path(directory) / "state", args=ocp.args.StandardRestore(abstract)),
             what=f"restoring checkpoint step {step} from {directory}")
         position = None
@@ -426,10 +339,10 @@ class Checkpointer:
         from zoo.models import config_checks  # which config key shapes which parameter
 
         try:
-            tree = _read(lambda: self._saved_tree(step),
+            tree = verdicts.read(lambda: self._saved_tree(step),
                          what=f"reading the metadata of checkpoint step {step}")
-        except _Unreadable as e:  # an unparsable or missing _METADATA file
-            raise _Unreadable(f"its metadata cannot be read ({e})") from e
+        except verdicts.Unreadable as e:  # an unparsable or missing _METADATA file
+            raise verdicts.Unreadable(f"its metadata cannot be read ({e})") from e
         saved = _shapes(tree["params"])
         fields = sorted(f.name for f in dataclasses.fields(target))
         if sorted(tree) != fields:
@@ -472,11 +385,11 @@ class Checkpointer:
                 except Exception as e:  # noqa: BLE001 -- raised below, once all know
                     failure = e
             # Instead of a barrier: the others learn whether the move failed, and stop too.
-            code, _, reason = _agree(_ERROR if failure else _OK,
+            code, _, reason = verdicts.agree(verdicts.ERROR if failure else verdicts.OK,
                                      first_line(failure) if failure else "")
             if failure is not None:
                 raise failure
-            if code == _ERROR:
+            if code == verdicts.ERROR:
                 raise CheckpointRestoreError(
                     f"process 0 could not move step(s) {steps} of {self.directory} to "
                     f"{corrupt_dir} ({reason}); its log has the traceback")
