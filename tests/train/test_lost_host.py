@@ -113,13 +113,20 @@ def _relaunch_and_compare(workdir, processes, uninterrupted, tmp_path, resume_fr
     multihost.assert_same_training(workdir, uninterrupted, STEPS)
 
 
-def test_one_of_two_killed_mid_step(uninterrupted, tmp_path):
-    workdir = str(tmp_path / "run")
-    logs = _logs(tmp_path, 2)
-    procs = _launch(workdir, 2, logs=logs)
+def _training_at_step_15(workdir, processes, tmp_path):
+    """`processes` processes of the run, launched and past step 15 (mid-training): (procs,
+    logs)."""
+    logs = _logs(tmp_path, processes)
+    procs = _launch(workdir, processes, logs=logs)
     metrics = os.path.join(workdir, "metrics.jsonl")
     _wait_for(lambda: os.path.exists(metrics) and len(open(metrics).readlines()) >= 15,
               procs, logs, "step 15")
+    return procs, logs
+
+
+def test_one_of_two_killed_mid_step(uninterrupted, tmp_path):
+    workdir = str(tmp_path / "run")
+    procs, logs = _training_at_step_15(workdir, 2, tmp_path)
     exits = _kill_and_time(procs, victim=1)
     _check_survivors(exits, 2, 1, logs, lost_line_from=[0])
     _relaunch_and_compare(workdir, 2, uninterrupted, tmp_path, resume_from=10)
@@ -144,10 +151,6 @@ def test_the_coordinator_of_four_killed_mid_step(tmp_path):
     # Process 0 hosts the coordination service: the others lose it and their collectives'
     # peer at once (gloo aborts them as its connections drop, before any line can be printed).
     workdir = str(tmp_path / "run")
-    logs = _logs(tmp_path, 4)
-    procs = _launch(workdir, 4, logs=logs)
-    metrics = os.path.join(workdir, "metrics.jsonl")
-    _wait_for(lambda: os.path.exists(metrics) and len(open(metrics).readlines()) >= 15,
-              procs, logs, "step 15")
+    procs, logs = _training_at_step_15(workdir, 4, tmp_path)
     exits = _kill_and_time(procs, victim=0)
     _check_survivors(exits, 4, 0, logs)
