@@ -158,6 +158,17 @@ def test_what_a_kernel_cannot_express_is_a_clear_error():
         kernels.splash_attention(q[:, :100], k[:, :100], v[:, :100], block_q=64, block_k=64)
 
 
+def test_what_cudnn_refuses_is_a_clear_error_before_jax_sees_it():
+    """On an H100 jax's cuDNN path raised NotImplementedError for float32 inputs and ValueError
+    for a two-sided window, from inside the trace (benchmarks.attention_check, 2026-11-27)."""
+    q, k, v, _ = _case(1, 128, 128)
+    with pytest.raises(ConfigError, match="cudnn.*float16 / bfloat16 only.*float32"):
+        kernels.cudnn_attention(q, k, v, spec=MaskSpec.self_attention(causal=True))
+    bf16 = [jnp.asarray(x, jnp.bfloat16) for x in (q, k, v)]
+    with pytest.raises(ConfigError, match="cudnn.*causal .left-only. local window.*4 keys"):
+        kernels.cudnn_attention(*bf16, spec=MaskSpec.self_attention(window=4))
+
+
 @pytest.mark.parametrize("backend", ["cudnn", "pallas_gpu", "splash"])
 def test_kernel_backends_refuse_attention_dropout_instead_of_falling_back(backend):
     x = np.ones((1, 8, 16), np.float32)

@@ -40,6 +40,7 @@ def cudnn_attention(query, key, value, *, spec: MaskSpec | None = None, mask=Non
     spec = spec if spec is not None else MaskSpec()
     q_len, k_len = query.shape[1], key.shape[1]
     spec.check(q_len, k_len)
+    _check_cudnn_supports(query.dtype, spec)
     lengths = {}
     if spec.k_segments is not None and not spec.packed:
         # Padding as lengths: real tokens first, then padding (zoo's featurizers pad at the end).
@@ -56,6 +57,23 @@ def cudnn_attention(query, key, value, *, spec: MaskSpec | None = None, mask=Non
         query, key, value, bias=bias, mask=mask, is_causal=spec.causal,
         local_window_size=spec.window, implementation="cudnn", **lengths)
     return _zero_rows_without_keys(out, spec, mask, q_len, k_len)
+
+
+def _check_cudnn_supports(dtype, spec: MaskSpec) -> None:
+    """What jax's cuDNN path would refuse with its own exception deep in the trace (seen on an
+    H100, benchmarks/results/gpu-nvidia-h100-80gb-hbm3/attention_check.md), said as a
+    ConfigError naming the way out."""
+    if jnp.dtype(dtype) not in (jnp.float16, jnp.bfloat16):
+        raise ConfigError(
+            f"backend='cudnn' computes in float16 / bfloat16 only (cuDNN's fused kernel); the "
+            f"attention inputs are {jnp.dtype(dtype).name}: set the model's dtype to bfloat16, "
+            "or use 'pallas_gpu' or 'blockwise' for float32")
+    left, right = spec.window_bounds
+    if right not in (None, 0):
+        raise ConfigError(
+            f"backend='cudnn' takes a causal (left-only) local window; this mask's window "
+            f"reaches {right} keys to the right: make the window causal or use 'blockwise' "
+            "(every mask kind, any bias, O(n) memory)")
 
 
 def pallas_gpu_attention(query, key, value, *, spec: MaskSpec | None = None, mask=None,
