@@ -90,9 +90,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # drawn on its own; 0 = batch_size // 64 between 1 and 16, so every batch draws at
         # least 64 runs (tiny: 1; BERT's 256: 4; 1,024 and up: 16; zoo.data.pipelines.run_order).
         read_run_rows=0,
-        # Records read ahead of training from a bucket, per host (up to 16 batches: phase 2's
-        # 512 rows per host per step are 0.7 MB); 0 = read each batch when it is needed.
-        read_ahead_mb=64,
+        # Records read ahead of training from a bucket, per host: the most they ever hold
+        # (up to 16 batches, 2 x 16 held: phase 2's 512 rows per host per step are 0.7 MB);
+        # 0 = read each batch when it is needed. A float, so fractions parse on the command line.
+        read_ahead_mb=64.0,
     )
     steps = ml_collections.FieldReference(num_steps)
     config.optim = default_optim_config()

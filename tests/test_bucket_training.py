@@ -2,10 +2,12 @@
 (a real GCS-API server on 127.0.0.1), as 1, 2 and 4 processes, is SIGKILLed after a checkpoint
 and resumes - on as many processes, or on 2 -> 1 and 1 -> 2 - with exactly the losses and
 parameters of a run that never stopped; no host copies
-the prepared directory (HOME and TMPDIR of every process stay empty of it)."""
+the prepared directory (HOME and TMPDIR of every process stay empty of it), and the records read
+ahead never exceed config.data.read_ahead_mb (each process's own account at exit)."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -20,13 +22,16 @@ pytestmark = pytest.mark.acceptance
 STEPS, EVERY = 30, 10
 DEVICES = 4  # global devices of every run: 1 process x 4, 2 x 2 or 4 x 1
 BATCH = 16
+# A bound only a few batches deep (2 at 1 process, 10 at 4), so that a read-ahead holding more
+# than it allows would show.
+READ_AHEAD_MB = 24 / 1024
 
 
 def _command(workdir, prepared, script="train.py"):
     argv = multihost.command(workdir, STEPS, EVERY, keep=STEPS)
     argv[1] = os.path.join(multihost.ROOT, script)
     return [*argv, f"--config.data.prepared_dir={prepared}", "--config.data.read_run_rows=4",
-            f"--config.data.batch_size={BATCH}"]
+            f"--config.data.batch_size={BATCH}", f"--config.data.read_ahead_mb={READ_AHEAD_MB}"]
 
 
 def _envs(processes, home):
@@ -100,6 +105,11 @@ def test_killed_and_resumed_from_the_bucket_trains_as_if_never_stopped(
     saved = max(int(n) for n in os.listdir(os.path.join(workdir, "checkpoints")) if n.isdigit())
     out = multihost.finish(multihost.launch(argv, _envs(after, home)))
     assert saved >= EVERY and f"starting at step {saved} of {STEPS}" in out
+    held = re.search(r"read ahead from gs://\S+: at most ([\d,]+) bytes of records held, bound "
+                     r"config.data.read_ahead_mb=\S+ \(([\d,]+) bytes", out)
+    assert held, out[-2000:]
+    peak, bound = (int(g.replace(",", "")) for g in held.groups())
+    assert 0 < peak <= bound == int(READ_AHEAD_MB * 2**20), out[-2000:]
     multihost.assert_same_training(workdir, uninterrupted, STEPS)
     # No copy of the prepared data on this "host": nothing the size of a shard, no mirror.
     local = _local_bytes(home)

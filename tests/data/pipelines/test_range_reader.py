@@ -4,6 +4,7 @@ errors for a missing or truncated shard object; transient errors are retried."""
 
 import logging
 import os
+import threading
 import time
 
 import fsspec
@@ -119,3 +120,44 @@ def test_read_ahead_fetches_the_next_keys_and_holds_a_bounded_number():
     assert ahead.get(1000) == 10000  # a jump: fetched now, the stale keys dropped
     assert len(ahead._pending) <= 6
     ahead.close()
+
+
+def test_read_ahead_counts_the_bytes_it_holds_and_stays_within_twice_its_depth():
+    size = 1000
+    ahead = range_reader.ReadAhead(lambda key: np.zeros(size, np.uint8), depth=3,
+                                   nbytes=lambda r: r.nbytes)
+    for key in range(20):
+        assert ahead.get(key).nbytes == size
+        assert ahead.held_bytes <= 2 * 3 * size
+    deadline = time.time() + 5
+    while ahead.held_bytes < 3 * size and time.time() < deadline:  # keys 20, 21, 22 arrive
+        time.sleep(0.01)
+    assert ahead.held_bytes == 3 * size
+    ahead.get(1000)  # a jump: the keys left behind are dropped, and so are their bytes
+    assert ahead.held_bytes <= 3 * size and len(ahead._pending) <= 6
+    assert 3 * size <= ahead.peak_bytes <= 2 * 3 * size
+    ahead.close()
+    assert ahead.held_bytes == 0
+
+
+def test_the_read_ahead_depth_fits_twice_over_in_read_ahead_mb(local, gcs_bucket):
+    remote = store.PretrainingSource(_upload(local, f"{gcs_bucket}/prepared-bound"))
+    batch = 8 * remote.dtype.itemsize  # bytes of records in 8 local rows
+    mib = lambda n: n * batch / 2**20  # noqa: E731 - n batches, in read_ahead_mb's unit
+    # (read_ahead_mb, workers, depth): 2 x depth x max(1, workers) batches fit in the bound.
+    for mb, workers, depth in ((mib(5), 0, 2), (mib(4), 0, 2), (mib(3.9), 0, 1), (1, 0, 16),
+                               (mib(9), 2, 2), (mib(1), 0, 0), (0, 0, 0)):
+        assert pb.read_ahead_depth(remote, 8, mb, workers) == depth, (mb, workers)
+    assert pb.read_ahead_depth(store.PretrainingSource(local), 8, 1, 0) == 0  # local: none
+
+
+def test_one_read_ahead_per_iterator_though_two_threads_start_it(local, gcs_bucket):
+    remote = store.PretrainingSource(_upload(local, f"{gcs_bucket}/prepared-once"))
+    readers = lambda: [t for t in threading.enumerate() if t.name == "zoo-read-ahead"]  # noqa: E731
+    before = len(readers())
+    batches = pb.train_iterator(remote, 16, 5, 1, 2, run_rows=4, read_ahead_mb=1)
+    for _ in range(4):
+        next(batches)
+    # grain's two reader threads ask for the first batches at once; one ReadAhead of depth 16
+    # starts 16 threads (two of them, 32 threads, each ahead on the same keys).
+    assert len(readers()) - before == pb.read_ahead_depth(remote, 8, 1, 0) == 16

@@ -9,6 +9,9 @@ the batch.
 
 from __future__ import annotations
 
+import atexit
+import threading
+import weakref
 from collections.abc import Iterator, Sequence
 
 import grain
@@ -21,6 +24,7 @@ from zoo.data.pipelines.range_reader import ReadAhead
 from zoo.data.pipelines.run_order import RunOrder
 from zoo.errors import ConfigError
 
+_STARTING = threading.Lock()  # one ReadAhead per _TrainBatches
 _MAX_READ_AHEAD = 16  # batches; grain keeps 8 more decoded ones in its own buffer
 
 
@@ -42,9 +46,11 @@ class _TrainBatches(Sequence):
     _STEPS = 2**40  # "endless": grain needs a length; no run gets near it
 
     def __init__(self, source: PretrainingSource, batch_size: int, seed: int, lo: int,
-                 local: int, run_rows: int, read_ahead: int, stride: int):
+                 local: int, run_rows: int, read_ahead: int, stride: int,
+                 read_ahead_mb: float = 0):
         self._source, self._batch_size, self._seed = source, batch_size, seed
         self._lo, self._local, self._ahead_depth, self._stride = lo, local, read_ahead, stride
+        self._read_ahead_mb = read_ahead_mb
         self.order = RunOrder(source.shard_rows, run_rows, seed)
         self._ahead = None
 
@@ -61,7 +67,15 @@ class _TrainBatches(Sequence):
     def __getitem__(self, step: int) -> dict[str, np.ndarray]:
         step = int(step)
         if self._ahead_depth and self._ahead is None:
-            self._ahead = ReadAhead(self._records, self._ahead_depth, self._stride)
+            # grain's two reader threads arrive here together on the first batches: without
+            # the lock both built a ReadAhead, and the one overwritten kept its threads and
+            # its fetched batches for the rest of the run.
+            with _STARTING:
+                if self._ahead is None:
+                    self._ahead = ReadAhead(self._records, self._ahead_depth, self._stride,
+                                            nbytes=lambda records: records.nbytes)
+                    # At exit, by a weak reference: many iterators (a notebook) keep none alive.
+                    atexit.register(_report_read_ahead, weakref.ref(self))
         spans = self.spans(step)
         records = self._ahead.get(step) if self._ahead else self._records(step)
         indices = np.concatenate([np.arange(self._source.global_index(s, lo),
@@ -73,6 +87,28 @@ class _TrainBatches(Sequence):
     def __getstate__(self):
         # Pickled into grain workers: each starts its own read-ahead threads.
         return {**self.__dict__, "_ahead": None}
+
+
+def read_ahead_depth(source: PretrainingSource, local: int, read_ahead_mb: float,
+                     num_workers: int) -> int:
+    """Batches of `local` rows to read ahead from a bucket (0 for a local directory): ReadAhead
+    holds up to 2 x depth of them in each of max(1, num_workers) processes, all within
+    `read_ahead_mb`; at most 16."""
+    if not source.remote:
+        return 0
+    held = 2 * max(1, num_workers) * local * source.dtype.itemsize  # bytes per unit of depth
+    return min(_MAX_READ_AHEAD, int(read_ahead_mb * 2**20) // held)
+
+
+def _report_read_ahead(ref: weakref.ref) -> None:
+    """One line at exit: the most the read-ahead held, against its bound."""
+    batches = ref()
+    if batches is not None and batches._ahead is not None:
+        mb = batches._read_ahead_mb
+        print(f"read ahead from {batches._source.path}: at most "
+              f"{batches._ahead.peak_bytes:,} bytes of records held, bound "
+              f"config.data.read_ahead_mb={mb:g} ({int(mb * 2**20):,} bytes; "
+              f"{batches._ahead_depth} batches ahead)", flush=True)
 
 
 def train_iterator(
@@ -98,7 +134,9 @@ def train_iterator(
     range(n).shuffle(seed).repeat().
 
     From a bucket, the batches that come next are read on background threads, as many as fit
-    in `read_ahead_mb` of records (config.data.read_ahead_mb; at most 16; 0: none).
+    in `read_ahead_mb` of records (config.data.read_ahead_mb; at most 16; 0: none): depth d
+    batches ahead hold at most 2 d (zoo.data.pipelines.range_reader.ReadAhead), in each of
+    max(1, num_workers) processes, so d is chosen for 2 d x processes batches to fit.
     `num_workers` > 0 builds batches in that many grain worker processes
     (config.data.num_workers); the batches are the same as with 0 (threads in this process).
     """
@@ -111,11 +149,9 @@ def train_iterator(
     if not isinstance(read_ahead_mb, (int, float)) or read_ahead_mb < 0:
         raise ConfigError(f"config.data.read_ahead_mb={read_ahead_mb!r} must be a number >= 0 "
                           "(megabytes of records read ahead from a bucket; 0 = none)")
-    depth = 0
-    if source.remote:
-        depth = min(_MAX_READ_AHEAD, int(read_ahead_mb * 2**20) // (local * source.dtype.itemsize))
     batches = _TrainBatches(source, batch_size, seed, process_index * local, local, run_rows,
-                            depth, max(1, num_workers))
+                            read_ahead_depth(source, local, read_ahead_mb, num_workers),
+                            max(1, num_workers), read_ahead_mb)
     return iterate(grain.MapDataset.source(batches), num_workers)
 
 
