@@ -45,7 +45,7 @@ def _table(rows) -> list[str]:
         return ["(no flags of its own)", ""]
     lines = ["| flag | default | meaning |", "|---|---|---|"]
     for flag, default, text in rows:
-        text = " ".join(text.split()).replace("|", "\\|")
+        text = " ".join(text.split()).replace("|", "\\|").replace("<", "&lt;")
         default = default.replace("|", "\\|").replace("`", "'")
         lines.append(f"| `{flag}` | `{default}` | {text} |")
     return lines + [""]

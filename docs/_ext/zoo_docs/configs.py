@@ -22,8 +22,8 @@ VARIANTS = {
     "classify": ["strategy=frozen", "size=base"],
     "elmo": ["size=base"],
     "feature_classify": ["kind=word2vec", "task=binding"],
-    "gpt": ["size=small"],
-    "gpt_classify": ["task=multiple_choice", "size=small"],
+    "gpt": ["size=124M"],
+    "gpt_classify": ["task=multiple_choice", "size=124M"],
     "nnlm": ["size=base"],
     "rnn_translate": ["attention=none", "size=base"],
     "rnnlm": ["cell=gru", "size=base"],
@@ -41,8 +41,8 @@ PIPELINE_KEYS = ("stages",)
 def _flatten(config, prefix=""):
     for key, value in config.items():
         path = prefix + key
-        if isinstance(value, (ml_collections.ConfigDict, dict)) and value and \
-                path not in LEAF_SUBTREES:
+        leaf = any(path == s or path.endswith("." + s) for s in LEAF_SUBTREES)
+        if isinstance(value, (ml_collections.ConfigDict, dict)) and value and not leaf:
             yield from _flatten(value, path + ".")
         else:
             yield path, value
@@ -143,7 +143,8 @@ def _cell(value) -> str:
 
 
 def _text(value: str) -> str:
-    return value.replace("|", "\\|").replace("\n", " ")
+    """A meaning as a table cell: pipes escaped, and `<` so <workdir> is not read as HTML."""
+    return value.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;")
 
 
 def _variants(module) -> str:
