@@ -26,6 +26,18 @@ def generate(out: pathlib.Path = GENERATED) -> None:
     api.write_pages(ROOT, out / "api")
     cli.write_pages(ROOT, out / "cli")
     benchmarks.write_pages(ROOT, out / "benchmarks")
+    _write_sharding_rules(out / "sharding_rules.inc")
+
+
+def _write_sharding_rules(path: pathlib.Path) -> None:
+    """DEFAULT_RULES as a table, included by explanation/sharding.md (.inc: not a page)."""
+    from zoo.train.partitioning import DEFAULT_RULES
+
+    lines = ["| logical axis | mesh axes |", "|---|---|"]
+    for logical, mesh in DEFAULT_RULES:
+        axes = ", ".join(f"`{a}`" for a in ((mesh,) if isinstance(mesh, str) else mesh or ()))
+        lines.append(f"| `{logical}` | {axes or 'not sharded (replicated)'} |")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def _on_builder_inited(app) -> None:
