@@ -197,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     device = probe()
     if device["platform"] == "cpu" and not args.allow_cpu:
         print("benchmarks.smoke: skipped: jax sees no GPU or TPU here (backend cpu); this suite "
-              "is the first contact with a lent accelerator (README 'Running at scale')",
+              "is the first contact with a lent accelerator (docs/benchmarks/index.md)",
               flush=True)
         return 0
     out = os.path.abspath(args.out or os.path.join(device["results_dir"], device["machine"]))

@@ -101,7 +101,7 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
     # `numerics`: every test of a module that compares floats through tests/numerics.py.
-    # .ci/run runs them a second time with their float32 rounding changed (README "Testing").
+    # .ci/run runs them a second time with their float32 rounding changed (docs/development/testing.md).
     for item in items:
         names = vars(getattr(item, "module", None) or object).values()
         if any(getattr(v, "__module__", None) == "tests.numerics" for v in names):

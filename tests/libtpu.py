@@ -12,5 +12,5 @@ HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None
 def needs_libtpu(test):
     """Marks `test` tpu_compiler and skips it where libtpu is not installed."""
     skip = pytest.mark.skipif(not HAS_LIBTPU, reason="needs libtpu: pip install -e '.[tpu]' "
-                              "(README: Compiled for a pod)")
+                              "(docs/guides/dry-run-and-compile.md)")
     return pytest.mark.tpu_compiler(skip(test))

@@ -14,7 +14,8 @@ from configs import word2vec as word2vec_config
 from zoo.commands import jobs
 
 
-pytestmark = pytest.mark.acceptance  # the README's ELMo claim on the full tiny recipes
+# The ELMo claim of docs/tutorials/rnn-baselines.md, on the full tiny recipes.
+pytestmark = pytest.mark.acceptance
 
 
 def _quiet(config):
@@ -28,7 +29,7 @@ SEEDS = (0, 1, 2)  # training seeds of the classification head (the features sta
 @pytest.fixture(scope="module")
 def accuracies(tmp_path_factory):
     """Held-out binding accuracy of each feature kind for each head seed in SEEDS, from
-    configs/elmo.py:size=tiny and configs/word2vec.py:size=tiny runs as the README's commands
+    configs/elmo.py:size=tiny and configs/word2vec.py:size=tiny runs as the tutorial's commands
     make them."""
     root = tmp_path_factory.mktemp("binding")
     # One device, as the commands run on a laptop: 8 fake CPU devices only add collectives.

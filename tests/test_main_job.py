@@ -60,9 +60,9 @@ def test_main_job_pretrains_fine_tunes_and_answers_held_out_questions(quickstart
 
 
 def test_tiny_bert_learns_mlm_and_nsp_well_above_chance(quickstart):
-    # The README's BERT pretraining claim, on the same run (the Quickstart's first stage is
-    # configs/bert_pretrain.py:size=tiny). Chance = always the most frequent label of the eval
-    # set (a model blind to context).
+    # The BERT pretraining claim of docs/tutorials/bert-pretraining.md, on the same run (the
+    # Quickstart's first stage is configs/bert_pretrain.py:size=tiny). Chance = always the most
+    # frequent label of the eval set (a model blind to context).
     workdir, _ = quickstart
     summary = json.load(open(workdir / "pretrain" / "summary.json"))
     assert summary["mlm_accuracy"] > 1.4 * summary["mlm_majority_accuracy"]

@@ -78,8 +78,8 @@ def test_train_step_lowers_for_the_hardware(model, backend, exported):
 
 def test_cudnn_cannot_lower_without_cudnn():
     """jax asks the installed cuDNN for its version while tracing: without a GPU build of
-    jaxlib the cudnn backend cannot be lowered here (README: Running at scale says so). If a
-    later jax lowers it, this test fails and the README needs updating."""
+    jaxlib the cudnn backend cannot be lowered here (docs/guides/dry-run-and-compile.md says
+    so). If a later jax lowers it, this test fails and that page needs updating."""
     task, config = _task("bert", "cudnn")
     with pytest.raises(RuntimeError, match="cuDNN"):
         export.export_train_step(task, config, ("cuda",), export.abstract_mesh(2, 2, 2))

@@ -1,0 +1,58 @@
+"""The docs site builds with warnings as errors and its links resolve (docs/README.md has the
+command to build and serve it). Sphinx runs nitpicky (conf.py): a cross-reference to a page,
+heading or zoo object that does not exist is a warning, so an error here; every relative link
+of the markdown pages (and of README.md) must name a file that exists."""
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+# [text](target) and ![alt](target), not inside inline code; the target up to a space or ")".
+LINK = re.compile(r"!?\[[^\]`]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+
+
+def _relative_links(page: pathlib.Path):
+    text = re.sub(r"```.*?```", "", page.read_text(encoding="utf-8"), flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    for target in LINK.findall(text):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            continue  # http(s):, mailto:, an anchor on the same page
+        yield target.split("#", 1)[0]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("html")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT))
+    run = subprocess.run(
+        [sys.executable, "-m", "sphinx", "-b", "html", "-W", "--keep-going", "-q", "-E",
+         str(DOCS), str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=500)
+    return run, out
+
+
+def test_the_docs_build_without_a_warning(built):
+    run, out = built
+    assert run.returncode == 0 and not run.stderr.strip(), run.stderr[-5000:]
+    for page in ("index", "generated/configs/index", "generated/configs/bert_pretrain",
+                 "generated/api/zoo.nn", "generated/cli/index", "changelog"):
+        assert (out / f"{page}.html").exists(), page
+
+
+def test_every_relative_link_in_the_pages_and_the_readme_resolves(built):
+    pages = sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.parts) + [ROOT / "README.md"]
+    broken = [f"{page.relative_to(ROOT)}: {target}" for page in pages
+              for target in _relative_links(page)
+              if target and not (page.parent / target).exists()]
+    assert not broken, "relative links to nothing:\n" + "\n".join(broken)
+
+
+def test_the_link_check_catches_a_broken_link(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("[a](missing.md) `[b](in-code.md)` [c](https://example.com) [d](#here)\n")
+    assert list(_relative_links(page)) == ["missing.md"]
