@@ -21,7 +21,7 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from zoo.data.readers import sources
+from zoo.data.readers import data_source, sources
 from zoo.data.readers import word2vec as w2v_data
 from zoo.data.synthetic.world import ENTITY_TYPES, make_world
 from zoo.errors import ConfigError
@@ -86,7 +86,7 @@ class Word2VecTask(Task):
     def _probes(self) -> tuple[np.ndarray, np.ndarray]:
         """Vocabulary ids of the synthetic world's entity words and their type indices."""
         data = self.config.data
-        if data.source != "synthetic":
+        if data_source.source_of(data) != data_source.SYNTHETIC:
             return np.zeros(0, np.int32), np.zeros(0, np.int32)
         types = tuple(self.config.eval.purity_types)
         unknown = [t for t in types if t not in ENTITY_TYPES]

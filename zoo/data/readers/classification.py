@@ -28,9 +28,11 @@ import logging
 import os
 from collections.abc import Sequence
 
+import ml_collections
 import numpy as np
 
-from zoo.data.readers import text_files
+from zoo.data.readers import data_source, text_files
+from zoo.data.synthetic import classification as synthetic_classification
 from zoo.errors import ConfigError, DataError
 
 _log = logging.getLogger(__name__)
@@ -248,6 +250,25 @@ def read_examples(path: str | os.PathLike, *, text_a: str = "", text_b: str = ""
         raise DataError(f"{path}: no examples ({total} rows read, {len(empty)} with an empty "
                         "first text); the file needs at least one row after the header")
     return examples
+
+
+def load_split(data: ml_collections.ConfigDict, split: str, cache_dir: str) -> list[dict]:
+    """Labelled examples of `split` ('train' | 'validation') from config.data.source: the
+    synthetic world's config.data.synthetic_task (written once into cache_dir as TSV), or the
+    GLUE-style file config.data.train_file / eval_file names."""
+    def synthetic():
+        stem = f"classify-{data.synthetic_task}-seed{data.seed}-{data.synthetic_entities}"
+        return data_source.synthetic_file(
+            cache_dir, stem, split, ".tsv",
+            lambda: synthetic_classification.classification_splits(
+                data.seed, data.synthetic_task, data.synthetic_entities),
+            synthetic_classification.write_examples)
+
+    def files():
+        return data_source.split_file(data, split, "a GLUE-style .tsv or .jsonl file")
+
+    path = data_source.load_split(data, synthetic=synthetic, files=files)
+    return read_examples(path, text_a=data.text_a, text_b=data.text_b, label=data.label)
 
 
 def label_vocabulary(examples: Sequence[dict], labels: str | Sequence[str] = ""

@@ -19,7 +19,10 @@ import csv
 import json
 import os
 
-from zoo.data.readers import text_files
+import ml_collections
+
+from zoo.data.readers import data_source, text_files
+from zoo.data.synthetic import multiple_choice as synthetic_multiple_choice
 from zoo.errors import ConfigError, DataError
 
 CONTEXT_COLUMNS = ("context", "premise", "question", "sentence", "text", "startphrase")
@@ -152,6 +155,25 @@ def read_examples(path: str | os.PathLike, *, choices: str, context: str = "",
     if not examples:
         raise DataError(f"{path}: no examples; the file needs at least one row")
     return examples
+
+
+def load_split(data: ml_collections.ConfigDict, split: str, cache_dir: str) -> list[dict]:
+    """Multiple-choice examples of `split` ('train' | 'validation') from config.data.source:
+    the synthetic fact_check options (written once into cache_dir as JSON Lines), or the file
+    config.data.train_file / eval_file names (options config.data.choices, context
+    config.data.text_a, label config.data.label)."""
+    def synthetic():
+        path = data_source.synthetic_file(
+            cache_dir, f"multiple_choice-seed{data.seed}-{data.synthetic_entities}", split,
+            ".jsonl", lambda: synthetic_multiple_choice.multiple_choice_splits(
+                data.seed, data.synthetic_entities), write_jsonl)
+        return read_examples(path, choices="options", context="context")
+
+    def files():
+        return read_examples(data_source.split_file(data, split, "a .tsv or .jsonl file"),
+                             choices=data.choices, context=data.text_a, label=data.label)
+
+    return data_source.load_split(data, synthetic=synthetic, files=files)
 
 
 def write_jsonl(path: str, examples: list[dict]) -> None:

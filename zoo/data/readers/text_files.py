@@ -1,6 +1,6 @@
 """User text files read the same way by every reader (classification, multiple choice, parallel
 text): UTF-8 with an optional BOM, errors naming the file and line, lines split only at \\n.
-Also BERT's pretraining text format (the 'text' source of zoo.data.readers.sources): one sentence
+Also BERT's pretraining text format (the 'files' source of zoo.data.readers.sources): one sentence
 per line, a blank line between documents."""
 
 from __future__ import annotations
