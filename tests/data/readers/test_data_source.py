@@ -41,7 +41,8 @@ def test_an_old_spelling_is_noticed_once_on_one_line(capsys):
 
 
 @pytest.mark.parametrize("accepted, match", [
-    (data_source.SOURCES, r"config\.data\.source must be 'synthetic', 'files' or 'tfds', got 'txt'"),
+    (data_source.SOURCES,
+     r"config\.data\.source must be 'synthetic', 'files' or 'tfds', got 'txt'"),
     (data_source.SOURCES[:2], r"config\.data\.source must be 'synthetic' or 'files', got 'txt'"),
 ])
 def test_an_unknown_source_names_the_key_and_the_choices(accepted, match):

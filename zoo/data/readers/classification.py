@@ -23,7 +23,6 @@ warning, as run_squad skips answers it cannot find.
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import os
 from collections.abc import Sequence
@@ -159,19 +158,7 @@ def _json_label(path: str, line: int, obj: dict, key: str, require_labels: bool)
 def _jsonl_records(path: str, text: str, text_a: str, text_b: str, label: str,
                    require_labels: bool):
     columns = None
-    for line, raw in enumerate(text_files.split_lines(text), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}:{line}:{e.colno}: invalid JSON: {e.msg}; a JSON Lines file "
-                            "holds one JSON object per line") from None
-        if not isinstance(obj, dict):
-            # A bad file, not a bad argument: ValueError like every other input error.
-            raise DataError(  # noqa: TRY004
-                f"{path}:{line}: a JSON {type(obj).__name__}, not an object; a JSON "
-                "Lines file holds one object per line (not one array of them)")
+    for line, obj in text_files.json_lines(path, text):
         if columns is None:  # the first record's keys name the fields of every record
             columns = _resolve_columns(path, line, list(obj), text_a, text_b, label,
                                        require_labels, "key")

@@ -83,17 +83,7 @@ def _tsv(path: str, text: str, context: str, choices: list[str], label: str):
 
 def _jsonl(path: str, text: str, context: str, choices: list[str], label: str):
     key = None
-    for line, raw in enumerate(text_files.split_lines(text), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}:{line}:{e.colno}: invalid JSON: {e.msg}; a JSON Lines "
-                            "file holds one object per line") from None
-        if not isinstance(obj, dict):
-            raise DataError(  # noqa: TRY004  (a bad file, not a bad argument)
-                f"{path}:{line}: a JSON {type(obj).__name__}, not an object")
+    for line, obj in text_files.json_lines(path, text):
         if key is None:
             key = _context_key(path, line, list(obj), context)
         missing = [k for k in [key, *choices, label] if k not in obj]
