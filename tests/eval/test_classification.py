@@ -47,3 +47,13 @@ def test_constant_predictions_have_zero_mcc_and_bad_ids_fail():
     assert m["mcc"] == 0.0
     with pytest.raises(ValueError, match="predictions must lie in"):
         classification.classification_metrics(np.array([0]), np.array([2]), 2)
+
+
+def test_majority_accuracy_predicts_the_most_frequent_training_label():
+    train = np.array([2, 2, 0, 1, 2])
+    # Class 2 never appears in eval here: the baseline still predicts it, and scores 0.
+    assert classification.majority_accuracy(train, np.array([0, 1, 1, 0]), 3) == 0.0
+    assert classification.majority_accuracy(train, np.array([2, 1, 2, 2]), 3) == 75.0
+    # A tie goes to the lower class index, as np.argmax does.
+    assert classification.majority_accuracy(np.array([1, 0]), np.array([0, 1]), 2) == 50.0
+    assert classification.majority_accuracy(np.array([1, 1, 0]), np.array([0, 0, 0]), 2) == 0.0

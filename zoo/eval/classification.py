@@ -47,3 +47,11 @@ def classification_metrics(labels: np.ndarray, predictions: np.ndarray,
         "f1": 100.0 * float(f1[1] if num_classes == 2 else f1.mean()),
         "mcc": 100.0 * matthews_corrcoef(counts),
     }
+
+
+def majority_accuracy(train_labels: np.ndarray, eval_labels: np.ndarray, num_classes: int
+                      ) -> float:
+    """Accuracy (percent) on `eval_labels` of always predicting the most frequent of
+    `train_labels` (the lowest class index on a tie): the floor every classifier must beat."""
+    majority = np.bincount(train_labels, minlength=num_classes).argmax()
+    return 100.0 * float(np.mean(eval_labels == majority))

@@ -154,8 +154,8 @@ class ClassificationTask(Task):
 
     def baselines(self) -> dict[str, float]:
         """Accuracy of always predicting the training set's most frequent label."""
-        majority = np.bincount(self.train_rows["label"], minlength=len(self.labels)).argmax()
-        return {"majority_accuracy": 100.0 * float(np.mean(self.eval_rows["label"] == majority))}
+        return {"majority_accuracy": classification_eval.majority_accuracy(
+            self.train_rows["label"], self.eval_rows["label"], len(self.labels))}
 
     # ---- data ------------------------------------------------------------------------------
 

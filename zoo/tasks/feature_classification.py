@@ -25,6 +25,7 @@ import numpy as np
 from zoo.data.readers import classification
 from zoo.data.readers import word2vec as w2v_data
 from zoo.errors import ConfigError, DataError
+from zoo.eval import classification as classification_eval
 from zoo.models import elmo
 from zoo.models import word2vec as w2v
 from zoo.tasks import elmo as elmo_task
@@ -155,8 +156,8 @@ class FeatureClassificationTask(Task):
 
     def baselines(self) -> dict[str, float]:
         """Accuracy of always predicting the training set's most frequent label."""
-        majority = np.bincount(self.train_rows["label"], minlength=len(self.labels)).argmax()
-        return {"majority_accuracy": 100.0 * float(np.mean(self.eval_rows["label"] == majority))}
+        return {"majority_accuracy": classification_eval.majority_accuracy(
+            self.train_rows["label"], self.eval_rows["label"], len(self.labels))}
 
     def tokens_per_batch(self) -> int:
         return self.config.data.batch_size * self.config.data.seq_len * (1 + self.pair)
