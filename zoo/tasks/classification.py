@@ -1,5 +1,6 @@
 """Sentence and sentence-pair classification (GLUE-style) with BertForSequenceClassification,
-under the three fine-tuning strategies of seed 001 (config.finetune.strategy):
+under the three fine-tuning strategies of the lecture notes from NNLM to BERT
+(config.finetune.strategy):
 
 * 'full': every parameter trains (the BERT paper's fine-tuning).
 * 'frozen': the encoder is fixed (no gradient flows into it, no dropout in it, no optimizer

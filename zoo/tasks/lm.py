@@ -66,7 +66,8 @@ class LanguageModelTask(Task):
         return {
             "loss": sums["loss_sum"] / weight,
             "accuracy": sums["correct_sum"] / weight,
-            # Perplexity as seed 002 defines it: exp of the mean per-token negative log-likelihood.
+            # Perplexity as the course slides on sequence generation define it: exp of the mean
+            # per-token negative log-likelihood.
             "perplexity": math.exp(min(nll, 50.0)),
             "tokens": sums["weight_sum"],
         }

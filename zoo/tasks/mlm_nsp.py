@@ -1,4 +1,5 @@
-"""BERT pretraining: masked language modelling + next-sentence prediction (BERT paper, seed 001).
+"""BERT pretraining: masked language modelling + next-sentence prediction (the BERT paper, and
+the BERT section of the lecture notes from NNLM to BERT).
 
 The objective is BERT's: mean MLM loss over the masked positions + mean NSP loss over the
 examples. As a ratio of sums (what the train step divides) it is

@@ -1,5 +1,6 @@
 """word2vec (CBOW / skip-gram with negative sampling) on a text corpus; the kept `embedding`
-table is the product (seed 001), queried and exported by
+table is the product (the lecture notes from NNLM to BERT: the context table is discarded),
+queried and exported by
 `python -m zoo.commands.word2vec_query`.
 
 Eval reports the negative-sampling loss on held-out pairs (drawn from the validation split as
