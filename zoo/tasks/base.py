@@ -107,7 +107,9 @@ class Task(abc.ABC):
         return self.config.data.batch_size * self.config.data.seq_len
 
     def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
-        """Activation memory of one device's micro-batch for the backward pass (dry run)."""
+        """Activation memory of one device's micro-batch for the backward pass (dry run): the
+        model family's activation_bytes (zoo/models/<family>.py, beside flops_per_token) given
+        this job's shapes; 0 = unknown."""
         return 0.0
 
     def flops_per_token(self) -> float:

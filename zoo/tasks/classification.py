@@ -17,7 +17,6 @@ split, with <workdir>/predictions/predictions.tsv.
 
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
@@ -29,7 +28,6 @@ from zoo.eval import classification as classification_eval
 from zoo.models import bert
 from zoo.tasks import bert_encoder
 from zoo.tasks.base import Batch, Task
-from zoo.train import dry_run
 from zoo.train.losses import cross_entropy_sums
 
 STRATEGIES = ("full", "frozen", "features")
@@ -186,8 +184,5 @@ class ClassificationTask(Task):
     def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
         if self.strategy != "full":
             return 0.0  # no backward pass through the encoder
-        cfg = self.model_config
-        return dry_run.transformer_activation_bytes(
-            per_device_batch, self.config.data.seq_len, cfg.hidden_size, cfg.num_heads,
-            cfg.num_layers, cfg.intermediate_size, jnp.dtype(cfg.dtype).itemsize, cfg.remat,
-            tensor_parallel, cfg.backend)
+        return bert.activation_bytes(self.model_config, per_device_batch,
+                                     self.config.data.seq_len, 0, tensor_parallel)

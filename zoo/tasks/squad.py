@@ -21,7 +21,6 @@ from zoo.eval import squad as squad_eval
 from zoo.models import bert
 from zoo.tasks import bert_encoder
 from zoo.tasks.base import Batch, Task, data_cache_dir
-from zoo.train import dry_run
 from zoo.train.losses import cross_entropy_sums
 
 _INPUTS = ("input_ids", "token_type_ids", "attention_mask")
@@ -191,11 +190,8 @@ class SquadTask(Task):
         return bert.flops_per_token(self.model_config, self.config.data.seq_len, 0)
 
     def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
-        cfg = self.model_config
-        return dry_run.transformer_activation_bytes(
-            per_device_batch, self.config.data.seq_len, cfg.hidden_size, cfg.num_heads,
-            cfg.num_layers, cfg.intermediate_size, jnp.dtype(cfg.dtype).itemsize, cfg.remat,
-            tensor_parallel, cfg.backend)
+        return bert.activation_bytes(self.model_config, per_device_batch,
+                                     self.config.data.seq_len, 0, tensor_parallel)
 
 
 def _as_dataset(examples: list[dict]) -> list[dict]:

@@ -26,8 +26,8 @@ from zoo.data.tokenizers import base as tokenizers
 from zoo.errors import ConfigError
 from zoo.eval import bleu, rouge
 from zoo.models import transformer
+from zoo.nn.transformer import stack_activation_bytes
 from zoo.tasks.base import Batch, Task
-from zoo.train import dry_run
 from zoo.train.losses import cross_entropy_sums
 
 _TRAIN_KEYS = ("source_ids", "target_input_ids", "target_ids", "target_weights")
@@ -194,11 +194,11 @@ class TranslationTask(Task):
         itemsize = jnp.dtype(cfg.dtype).itemsize
         # The encoder over the source and the decoder over the target, each as a layer stack
         # (the decoder's cross-attention is counted as a second self-attention of its size).
-        encoder = dry_run.transformer_activation_bytes(
+        encoder = stack_activation_bytes(
             per_device_batch, data.source_len, cfg.hidden_size, cfg.num_heads,
             cfg.num_encoder_layers, cfg.mlp_dim, itemsize, cfg.remat, tensor_parallel,
             cfg.backend)
-        decoder = dry_run.transformer_activation_bytes(
+        decoder = stack_activation_bytes(
             per_device_batch, data.target_len, cfg.hidden_size, cfg.num_heads,
             2 * cfg.num_decoder_layers, cfg.mlp_dim, itemsize, cfg.remat, tensor_parallel,
             cfg.backend)
