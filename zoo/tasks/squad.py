@@ -13,7 +13,7 @@ import ml_collections
 import numpy as np
 
 from zoo import paths
-from zoo.data.pipelines import pretraining_data, squad_prepared
+from zoo.data.pipelines import squad_prepared
 from zoo.data.readers import data_source, squad
 from zoo.data.tokenizers import prepared as saved_tokenizer
 from zoo.errors import ConfigError, MissingFileError
@@ -105,7 +105,7 @@ def _open_prepared(data: ml_collections.ConfigDict):
             f"config.data.prepared_dir={data.prepared_dir!r} was prepared with other settings: "
             f"{'; '.join(differ)}. Set those keys as prepared, or prepare again into another "
             "directory with this config")
-    pretraining_data.check_tokenizer(data, root / "tokenizer")
+    saved_tokenizer.check_given(data, root / "tokenizer")
     return saved_tokenizer.load(root / "tokenizer"), train, validation, examples
 
 
