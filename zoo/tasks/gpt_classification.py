@@ -43,6 +43,7 @@ from zoo.models import gpt, gpt_classifier
 from zoo.tasks import bert_encoder
 from zoo.tasks.base import Batch, Task
 from zoo.tasks.classification import score_and_write_predictions
+from zoo.train import checkpoint
 from zoo.train.losses import cross_entropy_sums
 
 # GPTConfig fields a run chooses; the checkpoint fixes the rest.
@@ -150,22 +151,10 @@ def _workdir_tokenizer(workdir: str) -> str:
 def _checkpoint_shapes(workdir: str) -> dict[str, tuple[int, ...]]:
     """{'wte': (V, D), 'wpe': (P, D)} of a zoo GPT run's latest checkpoint ({} if unreadable:
     the restore itself then reports what does not fit)."""
-    import orbax.checkpoint as ocp
-    from etils import epath
-
-    from zoo.train.checkpoint import Checkpointer
-
-    source = Checkpointer(workdir)
-    step = source.latest_step()
-    source.close()
-    if step is None:
-        return {}
-    try:
-        tree = ocp.PyTreeCheckpointHandler().metadata(
-            epath.Path(source.directory) / str(step) / "state")["params"]
-        return {k: tuple(tree[k]["embedding"].shape) for k in ("wte", "wpe")}
-    except (KeyError, TypeError, ValueError, FileNotFoundError):
-        return {}
+    saved = checkpoint.latest_param_shapes(workdir)
+    keys = {k: f"['{k}']['embedding']" for k in ("wte", "wpe")}
+    return {k: saved[key] for k, key in keys.items()} if all(
+        key in saved for key in keys.values()) else {}
 
 
 class GPTClassificationTask(Task):
