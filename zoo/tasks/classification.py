@@ -24,7 +24,7 @@ from zoo import paths
 from zoo.data.pipelines import batching
 from zoo.data.readers import classification
 from zoo.errors import ConfigError
-from zoo.eval import classification as classification_eval
+from zoo.eval import classification_metrics
 from zoo.models import bert
 from zoo.tasks import bert_encoder
 from zoo.tasks.base import Batch, Task
@@ -41,7 +41,7 @@ def score_and_write_predictions(workdir: str, examples: list[dict], labels: list
     process 0 writes <workdir>/predictions/predictions.tsv (id, label, prediction). Shared by
     every classification task (BERT, GPT, frozen features)."""
     predicted = np.argmax(logits[:len(examples)], axis=-1)
-    metrics = classification_eval.classification_metrics(targets, predicted, len(labels))
+    metrics = classification_metrics.classification_metrics(targets, predicted, len(labels))
     if jax.process_index() == 0:
         rows = "".join(f"{ex['id']}\t{ex['label']}\t{labels[p]}\n"
                        for ex, p in zip(examples, predicted))
@@ -153,7 +153,7 @@ class ClassificationTask(Task):
 
     def baselines(self) -> dict[str, float]:
         """Accuracy of always predicting the training set's most frequent label."""
-        return {"majority_accuracy": classification_eval.majority_accuracy(
+        return {"majority_accuracy": classification_metrics.majority_accuracy(
             self.train_rows["label"], self.eval_rows["label"], len(self.labels))}
 
     # ---- data ------------------------------------------------------------------------------

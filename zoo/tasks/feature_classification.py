@@ -25,7 +25,7 @@ import numpy as np
 from zoo.data.readers import classification
 from zoo.data.readers import word2vec as w2v_data
 from zoo.errors import ConfigError, DataError
-from zoo.eval import classification as classification_eval
+from zoo.eval import classification_metrics
 from zoo.models import elmo
 from zoo.models import word2vec as w2v
 from zoo.tasks import elmo as elmo_task
@@ -156,7 +156,7 @@ class FeatureClassificationTask(Task):
 
     def baselines(self) -> dict[str, float]:
         """Accuracy of always predicting the training set's most frequent label."""
-        return {"majority_accuracy": classification_eval.majority_accuracy(
+        return {"majority_accuracy": classification_metrics.majority_accuracy(
             self.train_rows["label"], self.eval_rows["label"], len(self.labels))}
 
     def tokens_per_batch(self) -> int:

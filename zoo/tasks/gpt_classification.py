@@ -38,7 +38,7 @@ from zoo.convert import gpt2 as gpt2_convert
 from zoo.data.readers import classification, data_source, multiple_choice
 from zoo.data.tokenizers import base as tokenizers
 from zoo.errors import ConfigError, DataError
-from zoo.eval import classification as classification_eval
+from zoo.eval import classification_metrics
 from zoo.models import gpt, gpt_classifier
 from zoo.tasks import bert_encoder
 from zoo.tasks.base import Batch, Task
@@ -339,7 +339,7 @@ class GPTClassificationTask(Task):
 
     def baselines(self) -> dict[str, float]:
         """Accuracy of always predicting the training set's most frequent label."""
-        return {"majority_accuracy": classification_eval.majority_accuracy(
+        return {"majority_accuracy": classification_metrics.majority_accuracy(
             self.train_rows["label"], self.eval_rows["label"], len(self.labels))}
 
     def tokens_per_batch(self) -> int:

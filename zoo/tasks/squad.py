@@ -17,7 +17,7 @@ from zoo.data.pipelines import squad_prepared
 from zoo.data.readers import data_source, squad
 from zoo.data.tokenizers import prepared as saved_tokenizer
 from zoo.errors import ConfigError, MissingFileError
-from zoo.eval import squad as squad_eval
+from zoo.eval import squad_metrics, squad_postprocess
 from zoo.models import bert
 from zoo.tasks import bert_encoder
 from zoo.tasks.base import Batch, Task, data_cache_dir
@@ -169,15 +169,15 @@ class SquadTask(Task):
         """Official EM/F1 of the eval split from the window logits; writes the official files."""
         n = len(self.eval_features["input_ids"])
         version_2 = self.config.data.version == "2.0"
-        predictions, nbest, null_odds = squad_eval.postprocess(
+        predictions, nbest, null_odds = squad_postprocess.postprocess(
             self.eval_examples, self.eval_features, outputs["start_logits"][:n],
             outputs["end_logits"][:n], n_best_size=self.config.eval.n_best_size,
             max_answer_length=self.config.eval.max_answer_length, version_2=version_2,
             null_score_diff_threshold=self.config.eval.null_score_diff_threshold)
         dataset = _as_dataset(self.eval_examples)
-        metrics = squad_eval.evaluate(dataset, predictions, na_probs=null_odds if version_2
+        metrics = squad_metrics.evaluate(dataset, predictions, na_probs=null_odds if version_2
                                       else None, version="2.0" if version_2 else "1.1")
-        squad_eval.write_predictions(paths.join(self.workdir, "predictions"), predictions,
+        squad_postprocess.write_predictions(paths.join(self.workdir, "predictions"), predictions,
                                      nbest, null_odds if version_2 else None)
         paths.write_atomic(paths.join(self.workdir, "predictions", "metrics.json"),
                            json.dumps(metrics, indent=2))

@@ -12,7 +12,7 @@ the answer or the question is impossible. Two things differ from run_squad, both
 the context is tokenized once with character offsets (any `Tokenizer`, SentencePiece or
 WordPiece) instead of whitespace words re-tokenized piece by piece, so an answer's token span is
 simply the tokens overlapping its characters; and every window carries those offsets, so
-post-processing (zoo/eval/squad.py) maps a predicted token span straight back to context text.
+post-processing (zoo/eval/squad_postprocess.py) maps a predicted token span straight back to context text.
 
 Bad input never ends in a bare stack trace: malformed JSON names file, line and column; a
 missing or mistyped field names the field and question; duplicate ids are errors. As in
