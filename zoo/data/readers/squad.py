@@ -9,10 +9,10 @@ does: `[CLS] question [SEP] context-window [SEP]`, long contexts cut into window
 tokens apart, each context token flagged in the one window where it has the most context
 (`_check_is_max_context`), training labels pointing at [CLS] (position 0) when the window misses
 the answer or the question is impossible. Two things differ from run_squad, both for the better:
-the context is tokenized once with character offsets (any `Tokenizer`, SentencePiece or
-WordPiece) instead of whitespace words re-tokenized piece by piece, so an answer's token span is
-simply the tokens overlapping its characters; and every window carries those offsets, so
-post-processing (zoo/eval/squad_postprocess.py) maps a predicted token span straight back to context text.
+the context is tokenized once with character offsets (any `Tokenizer`, SentencePiece or WordPiece)
+instead of whitespace words re-tokenized piece by piece, so an answer's token span is simply the
+tokens overlapping its characters; and every window carries those offsets, so post-processing
+(zoo/eval/squad_postprocess.py) maps a predicted token span straight back to context text.
 
 Bad input never ends in a bare stack trace: malformed JSON names file, line and column; a
 missing or mistyped field names the field and question; duplicate ids are errors. As in
