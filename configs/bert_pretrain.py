@@ -69,7 +69,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         prepared_dir="",
         prepare_workers=0,  # worker processes per host for preparation; 0 = every core
         num_shards=1 if tiny else 64,  # synthetic / tfds sources: shards of the train split
-        # text source: megabytes of text per shard; a worker holds one shard's examples (~70x
+        # files source: megabytes of text per shard; a worker holds one shard's examples (~70x
         # the text at seq 128 with 5 static passes: ~0.7 GB of memory per worker at 4)
         shard_mb=4.0,
         seq_len=seq_len,

@@ -4,11 +4,12 @@
         --config.train.init_from=PRETRAIN_WORKDIR --config.data.cache_dir=PRETRAIN_CACHE
     python eval.py  --config=configs/classify.py:size=tiny --workdir=DIR
 
-Variants: size = tiny | mini | small | medium | base | large; strategy = full | frozen |
-features (seed 001's three ways to use a pretrained encoder: fine-tune everything; freeze the
-encoder and train the classifier; extract the encoder's features once and train the classifier
-on them); task = fact_check (synthetic sentence pairs: entailment / contradiction / neutral) |
-relation (synthetic single sentences: which of 19 relations a sentence states).
+Variants: size = tiny | mini | small | medium | base | large; strategy = full | frozen | features
+(the three ways to use a pretrained encoder of the lecture notes from NNLM to BERT: fine-tune
+everything; freeze the encoder and train the classifier; extract the encoder's features once and
+train the classifier on them); task = fact_check (synthetic sentence pairs: entailment /
+contradiction / neutral) | relation (synthetic single sentences: which of 19 relations a sentence
+states).
 
 Your own data: --config.data.source=files --config.data.train_file=train.tsv
 --config.data.eval_file=dev.tsv (GLUE TSV with a header, or .jsonl); the text columns are

@@ -35,10 +35,10 @@ def parse_arg(arg: str | None, **defaults):
 def source_config() -> dict:
     """Where documents come from (zoo/data/readers/sources.py); shared by every text-corpus job."""
     return dict(
-        source="synthetic",  # synthetic | text | tfds
+        source="synthetic",  # synthetic | files | tfds ('text', the old spelling, still works)
         seed=0,
         synthetic_entities=500,  # synthetic source: world size (~0.8 documents per entity)
-        train_files="",  # text source: comma-separated globs of BERT-format text files
+        train_files="",  # files source: comma-separated globs of BERT-format text files
         eval_files="",
         # tfds source: a dataset prepared (array_record) in a local data_dir, e.g. 'lm1b'
         tfds_name="",

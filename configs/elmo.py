@@ -6,7 +6,7 @@ corpus (zoo/tasks/elmo.py); its layers are then features for classification
 
 Variants: size = tiny (H=32 per direction, 64-wide features; 800 steps, about a minute on a CPU)
 | base (512 per direction, ELMo's layer width; a real corpus: config.data.source='tfds' or
-'text').
+'files').
 """
 
 import ml_collections

@@ -1,4 +1,5 @@
-"""RNN encoder-decoder translation (seed 002; Bahdanau / Luong attention) with beam search, BLEU
+"""RNN encoder-decoder translation (the seq2seq model of the course slides on sequence
+generation; Bahdanau / Luong attention) with beam search, BLEU
 and ROUGE, on the same data as the Transformer (configs/translate.py).
 
     python train.py --config=configs/rnn_translate.py:size=tiny --workdir=DIR   # offline demo
@@ -9,8 +10,8 @@ and ROUGE, on the same data as the Transformer (configs/translate.py).
         --config.data.tfds_data_dir=DATA
 
 Variants: size = tiny | base (Luong et al.'s 4 x 1000 LSTM); cell = lstm | gru | rnn;
-attention = none (seed 002: the encoder's last state initialises the decoder) | additive
-(Bahdanau) | dot | general (Luong, with input feeding). A bidirectional encoder:
+attention = none (the course slides' seq2seq: the encoder's last state initialises the
+decoder) | additive (Bahdanau) | dot | general (Luong, with input feeding). A bidirectional encoder:
 --config.model.bidirectional=True. The data block, its overrides and the decoding settings are
 configs/translate.py's (same size), so BLEU compares with the Transformer's.
 """

@@ -37,11 +37,11 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         dtype="float32" if tiny else "bfloat16", param_dtype="float32",
     )
     config.data = dict(
-        source="synthetic",  # synthetic | json | tfds (squad/v1.1, squad/v2.0)
+        source="synthetic",  # synthetic | files | tfds (squad/v1.1, squad/v2.0); 'json' = files
         version=variant.version,
         seed=0,
         synthetic_entities=2000,
-        train_file="",  # json source: official SQuAD files
+        train_file="",  # files source: official SQuAD JSON files
         eval_file="",
         tfds_data_dir="",
         tokenizer="",  # a vocab.txt / .model; '' = the SentencePiece model in cache_dir

@@ -8,7 +8,8 @@
 
 Variants: size = tiny | base | big (the paper's models); norm = post (the paper) | pre;
 share = all (one joint embedding for source, target and the output projection, as the paper) |
-target (separate source embedding) | none (three matrices; seed 004's question).
+target (separate source embedding) | none (three matrices; the shared-embedding question of
+the Transformer course slides).
 The tiny default translates arithmetic written in Chinese numerals into English sentences
 ("一加三" -> "one plus three equals four"), which needs the model to compute the answer.
 Parallel files: --config.data.source=files --config.data.train_file=train.tsv (source<TAB>
@@ -40,8 +41,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data = dict(
         source="synthetic",  # synthetic | files | tfds
         seed=0,
-        # Every problem: 2 operations x 51 x 51 operand pairs, so seed 004's "二十三减四十五"
-        # (23 - 45) is in the tiny model's world.
+        # Every problem: 2 operations x 51 x 51 operand pairs, so the Transformer course
+        # slides' "二十三减四十五" (23 - 45) is in the tiny model's world.
         synthetic_pairs=5202,
         synthetic_max_operand=50,
         synthetic_operations=["+", "-"],
@@ -72,13 +73,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     )
     d_model = 64 if tiny else (512 if variant.size == "base" else 1024)
     warmup = 400 if tiny else 4000
-    # Tiny (operands to 50), one CPU, held-out problems, beam 4: BLEU 98.0 after 3,000 steps
-    # (94% of the answers exact) and 99.7 after 5,000 (99%). At 3,000 the small sums were
-    # still shaky: greedy got 95-99% of the 4,162 training problems right over train seeds 0-2
-    # and "一加三" (seed 004's example) wrong for 3 of 6 runs ("equals two", "six", "eight");
-    # at 5,000, 99.4-99.9% and right in all 3. Operands to 30 reached 92-99 after 1,500; to
-    # 99 they are harder: with dropout 0 and twice the learning rate, BLEU 77 after 1,000
-    # steps, 84 after 2,000 and 95.7 after 4,000.
+    # Tiny (operands to 50), one CPU, held-out problems, beam 4: BLEU 98.0 after 3,000 steps (94% of
+    # the answers exact) and 99.7 after 5,000 (99%). At 3,000 the small sums were still shaky:
+    # greedy got 95-99% of the 4,162 training problems right over train seeds 0-2 and "一加三" (the
+    # Transformer course slides' example) wrong for 3 of 6 runs ("equals two", "six", "eight"); at
+    # 5,000, 99.4-99.9% and right in all 3. Operands to 30 reached 92-99 after 1,500; to 99 they are
+    # harder: with dropout 0 and twice the learning rate, BLEU 77 after 1,000 steps, 84 after 2,000
+    # and 95.7 after 4,000.
     steps = ml_collections.FieldReference(5000 if tiny else 100_000)
     config.optim = default_optim_config()
     # The paper: Adam(0.9, 0.98, 1e-9), lr = d^-0.5 * min(step^-0.5, step * warmup^-1.5).

@@ -153,7 +153,7 @@ _CLI_CASES = {  # name: (script, arguments, what stderr says)
     "bad_nonfinite": ("train.py", [_GPT, "--config.train.nonfinite=skp"],
                       r"config\.train\.nonfinite must be one of \('skip', 'stop'\), got 'skp'"),
     "bad_source": ("train.py", [_GPT, "--config.data.source=txt"],
-                   r"config\.data\.source must be 'synthetic', 'text' or 'tfds', got 'txt'"),
+                   r"config\.data\.source must be 'synthetic', 'files' or 'tfds', got 'txt'"),
     "bad_int": ("train.py", [_GPT, "--config.train.steps=ten"],  # absl's own check
                 r"flag --config\.train\.steps=ten: invalid literal for int\(\)"),
     "bad_watchdog": ("train.py", [_GPT, "--config.train.watchdog.factor=0.5"],
@@ -360,7 +360,7 @@ def test_bad_corpus_file(copy_of, tmp_path, content, message):
     (tmp_path / "eval.txt").write_text(CORPUS)
     workdir = copy_of("gpt")
     config = _lm_config(workdir / "data", steps=4)
-    config.data.update(source="text", train_files=str(corpus),
+    config.data.update(source="files", train_files=str(corpus),
                        eval_files=str(tmp_path / "eval.txt"))
     error = FileNotFoundError if content is None else ValueError
     raises_and_keeps(error, message, lambda: train(config, workdir), workdir)
@@ -410,7 +410,7 @@ def test_squad_file_that_is_not_json_through_the_job(copy_of, tmp_path):
     bad.write_text('{"data": [\n  {"title": "x",\n}')
     workdir = copy_of("bert")
     config = squad_config.get_config("size=tiny")
-    config.data.update(source="json", train_file=str(bad), eval_file=str(bad),
+    config.data.update(source="files", train_file=str(bad), eval_file=str(bad),
                        cache_dir=str(workdir / "data"))
     raises_and_keeps(ValueError, r"train\.json:3:1: malformed JSON: Expecting property name",
                      lambda: train(config, workdir), workdir)

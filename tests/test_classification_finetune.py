@@ -1,5 +1,6 @@
-"""Classification fine-tuning through the one loop: the three strategies of seed 001 train
-exactly what they claim, user TSV files, output files, and init from a tiny_pretrained_bert directory."""
+"""Classification fine-tuning through the one loop: the three strategies of the lecture notes
+from NNLM to BERT train exactly what they claim, user TSV files, output files, and init from a
+tiny_pretrained_bert directory."""
 
 import json
 import os

@@ -175,7 +175,7 @@ def commands(tmp_path_factory, gcs):
     cases = {
         "eval_empty_workdir": ["eval.py", gpt, f"--workdir={root / 'empty'}"],
         "squad_answers_elsewhere": [
-            "train.py", "--config=configs/squad.py:size=tiny", "--config.data.source=json",
+            "train.py", "--config=configs/squad.py:size=tiny", "--config.data.source=files",
             f"--config.data.train_file={squad}", f"--config.data.eval_file={squad}",
             f"--workdir={root / 'squad_run'}"],
         "mesh_too_big": ["train.py", gpt, "--config.mesh.tensor=3",

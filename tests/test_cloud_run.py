@@ -19,7 +19,7 @@ from zoo import paths
 
 ROOT = gpt_process.ROOT
 STEPS, EVERY = 60, 20
-ARGS = ["--config=configs/bert_pretrain.py:size=tiny", "--config.data.source=text",
+ARGS = ["--config=configs/bert_pretrain.py:size=tiny", "--config.data.source=files",
         "--config.data.shard_mb=0.01", "--config.data.vocab_size=512", "--config.data.dupe_factor=1",
         f"--config.train.steps={STEPS}", f"--config.train.checkpoint_every={EVERY}",
         "--config.train.log_every=1", f"--config.train.eval_every={STEPS}",

@@ -558,7 +558,8 @@ _OTHER_PREFIX = (0.25, 0.25, 0.25, 0.25)  # any prefix the example does not show
 
 @dataclasses.dataclass(frozen=True)
 class SeedTableStep:
-    """A 'model' that is seed 002's conditional probability table: the state is the generated
+    """A 'model' that is the beam-search worked example's conditional probability table (the
+    course slides on sequence generation): the state is the generated
     prefix (up to 4 tokens, -1 = empty slot) and its length."""
 
     def __call__(self, params, tokens, state):

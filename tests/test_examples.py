@@ -1,4 +1,5 @@
-"""examples/: seed 004's worked example reproduces the lecture's numbers to two decimals."""
+"""examples/: the "an apple and an orange" worked example of the Transformer course slides
+reproduces the lecture's numbers to two decimals."""
 
 import importlib.util
 import os

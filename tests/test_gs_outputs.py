@@ -133,7 +133,7 @@ def test_prepare_train_eval_from_the_bucket(gcs, gcs_bucket, cwd, tmp_path_facto
     for split in ("train", "validation"):
         text_files.write_text_corpus(f"{data}/{split}.txt", splits[split])
     config = bert_pretrain.get_config("size=tiny")
-    config.data.update(source="text", train_files=f"{data}/train.txt",
+    config.data.update(source="files", train_files=f"{data}/train.txt",
                        eval_files=f"{data}/validation.txt", shard_mb=0.01, vocab_size=256,
                        seq_len=32, max_predictions_per_seq=5, dupe_factor=1, batch_size=8,
                        eval_batch_size=8, prepared_dir=f"{data}/prepared")

@@ -3,7 +3,7 @@ pretrain tiny BERT, fine-tune it on the synthetic SQuAD set, report EM/F1, draw 
 Its pretraining stage is the tiny BERT recipe (configs/bert_pretrain.py:size=tiny, 3,000 steps),
 so it also proves that recipe learns MLM and NSP; its pretrained encoder then proves the other
 fine-tuning acceptance runs: SQuAD v2.0 abstention and classification under each strategy of
-seed 001. One pretraining shared by all of them: the acceptance tier."""
+the lecture notes from NNLM to BERT. One pretraining shared by all of them: the acceptance tier."""
 
 import json
 import os

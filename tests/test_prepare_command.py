@@ -32,7 +32,7 @@ def text_corpus(tmp_path_factory):
     splits = corpus_splits(seed=0, num_entities=300)
     for split in ("train", "validation"):
         text_files.write_text_corpus(directory / f"{split}.txt", splits[split])
-    return ["--config.data.source=text", f"--config.data.train_files={directory}/train.txt",
+    return ["--config.data.source=files", f"--config.data.train_files={directory}/train.txt",
             f"--config.data.eval_files={directory}/validation.txt",
             "--config.data.shard_mb=0.01"]  # ~8 shards of the ~80 kB train text
 

@@ -123,9 +123,9 @@ def test_output_length_is_cut_relative_to_the_source(tmp_path):
 
 @pytest.mark.acceptance
 def test_tiny_synthetic_task_reaches_bleu_90_from_the_command_line(tmp_path):
-    """The README's translation command as a user runs it (one CPU device): the tiny model
-    learns to translate - and compute - held-out Chinese arithmetic within its 5,000 steps,
-    seed 004's two examples included (at 3,000 steps '一加三' was a coin flip: wrong for 3 of
+    """The README's translation command as a user runs it (one CPU device): the tiny model learns to
+    translate - and compute - held-out Chinese arithmetic within its 5,000 steps, the two examples
+    of the Transformer course slides included (at 3,000 steps '一加三' was a coin flip: wrong for 3 of
     6 runs over train seeds, right for all 3 at 5,000; configs/translate.py)."""
     import subprocess
     import sys

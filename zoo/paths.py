@@ -26,7 +26,7 @@ import shutil
 import socket
 import tempfile
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import fsspec
 from etils import epath
@@ -84,6 +84,29 @@ def write_atomic(path: PathLike, data: bytes | str) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def write_once(path: str, write: Callable[[str], None]) -> str:
+    """Returns `path`, first calling write(tmp) and renaming tmp to it if it does not exist yet:
+    a prepared data file (e.g. a synthetic split) is made once per cache, and an interrupted
+    write leaves no partial file that a later run would trust. `tmp` keeps the extension, for
+    writers that choose the format by it. In a bucket, `write` still gets a local file, and
+    the finished file is uploaded as one object (which appears whole or not at all)."""
+    if is_remote(path):
+        if not as_path(path).exists():
+            with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
+                local = os.path.join(tmp, as_path(path).name)
+                write(local)
+                with open(local, "rb") as f:
+                    write_atomic(path, f.read())
+        return path
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        root, ext = os.path.splitext(path)
+        tmp = f"{root}.tmp-{os.getpid()}{ext}"
+        write(tmp)
+        os.replace(tmp, path)
+    return path
 
 
 def read_bytes(path: PathLike) -> bytes:

@@ -1,6 +1,6 @@
-"""Corpus BLEU: seed 002's worked example by hand, the 13a tokeniser, the reference-length and
-clipping rules, and equality with sacrebleu 2.6.0 on seeded random corpora (skipped when
-sacrebleu is not installed)."""
+"""Corpus BLEU: the BLEU worked example of the course slides on sequence generation by hand, the 13a
+tokeniser, the reference-length and clipping rules, and equality with sacrebleu 2.6.0 on seeded
+random corpora (skipped when sacrebleu is not installed)."""
 
 import math
 import random
@@ -17,7 +17,8 @@ def sacrebleu():
 
 
 # --------------------------------------------------------------------------------------------
-# seed 002's worked example: reference A B C D E F, prediction A B B C D
+# The BLEU worked example of the course slides on sequence generation: reference A B C D E F,
+# prediction A B B C D
 # --------------------------------------------------------------------------------------------
 
 SEED_HYP, SEED_REF = "A B B C D", "A B C D E F"
@@ -102,7 +103,7 @@ def test_clipping_takes_the_max_count_over_references_and_lowercase_merges_case(
 
 def test_reference_length_is_the_closest_and_ties_go_to_the_shorter():
     hyp = "a b c d e"  # 5 tokens
-    # References of 3 and 6 tokens: the closest is 6 (seed 002's "shortest" would be 3).
+    # References of 3 and 6 tokens: the closest is 6 (the course slides' "shortest" would be 3).
     result = bleu.corpus_bleu([hyp], [["a b c"], ["a b c d e f"]])
     assert result.ref_len == 6
     np.testing.assert_allclose(result.bp, math.exp(1 - 6 / 5), rtol=1e-12)

@@ -1,4 +1,5 @@
-"""ROUGE-N / ROUGE-L / ROUGE-Lsum: hand-worked cases (seed 002's sentences, LCS, Lin 2004's
+"""ROUGE-N / ROUGE-L / ROUGE-Lsum: hand-worked cases (the sentences of the
+course slides on sequence generation, LCS, Lin 2004's
 union-LCS example, eq. 15.42 pooling) and equality with rouge-score 0.1.2 on seeded random
 ASCII texts (skipped when rouge-score is not installed)."""
 
@@ -45,7 +46,7 @@ def test_tokenize(text, tokens):
     ("abc", "cba", 1),
     ("abc", "xyz", 0),
     ("", "abc", 0),
-    ("ABCDEF", "ABBCD", 4),  # seed 002's sentences: A B C D
+    ("ABCDEF", "ABBCD", 4),  # the course slides' BLEU example sentences: A B C D
 ])
 def test_lcs_length_hand_cases(a, b, length):
     assert rouge.lcs_length(list(a), list(b)) == length
@@ -53,7 +54,8 @@ def test_lcs_length_hand_cases(a, b, length):
 
 
 def test_seed_002_sentences():
-    # Reference A B C D E F, prediction A B B C D (seed 002's BLEU example, read as ROUGE).
+    # Reference A B C D E F, prediction A B B C D (the BLEU worked example of the
+    # course slides on sequence generation, read as ROUGE).
     hyp, ref = "A B B C D", "A B C D E F"
     # Unigrams: A, B (clipped to 1), C, D match -> 4 of 6 reference, 4 of 5 hypothesis.
     _assert_score(rouge.rouge_n(hyp, [ref], 1), 4 / 5, 4 / 6)

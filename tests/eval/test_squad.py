@@ -11,7 +11,7 @@ import string
 import pytest
 
 from tests.eval import squad_cases as cases
-from zoo.eval import squad
+from zoo.eval import squad_metrics
 
 
 # --------------------------------------------------------------------------------------------
@@ -33,33 +33,34 @@ from zoo.eval import squad
     ("", ""),
 ])
 def test_normalize_answer(text, expected):
-    assert squad.normalize_answer(text) == expected
+    assert squad_metrics.normalize_answer(text) == expected
 
 
 def test_exact_score_after_normalisation():
-    assert squad.exact_score("The Denver Broncos!", "denver  broncos") == 1
-    assert squad.exact_score("Denver Broncos", "Broncos") == 0
+    assert squad_metrics.exact_score("The Denver Broncos!", "denver  broncos") == 1
+    assert squad_metrics.exact_score("Denver Broncos", "Broncos") == 0
 
 
 @pytest.mark.parametrize("version", ["1.1", "2.0"])
 def test_f1_partial_overlap_by_hand(version):
     # gold {cat, sat, on, mat}, pred {cat, on, mat}: P = 3/3, R = 3/4 -> F1 = 2*0.75/1.75 = 6/7.
-    f1 = squad.f1_score("the cat sat on the mat", "Cat on a mat.", version)
+    f1 = squad_metrics.f1_score("the cat sat on the mat", "Cat on a mat.", version)
     assert f1 == pytest.approx(6 / 7)
     # Multiset overlap: gold x y y z, pred y y y -> 2 shared y's, P = 2/3, R = 2/4 -> F1 = 4/7.
-    assert squad.f1_score("x y y z", "y y y", version) == pytest.approx(4 / 7)
-    assert squad.f1_score("x y", "z", version) == 0.0
-    assert squad.f1_score("Broncos", "the broncos", version) == 1.0
+    assert squad_metrics.f1_score("x y y z", "y y y", version) == pytest.approx(4 / 7)
+    assert squad_metrics.f1_score("x y", "z", version) == 0.0
+    assert squad_metrics.f1_score("Broncos", "the broncos", version) == 1.0
 
 
 def test_f1_empty_answers_differ_between_versions():
     # Both sides normalise to nothing: v1.1's overlap count is 0 -> F1 0; v2.0: both "no answer".
-    assert squad.f1_score("The", "a", "1.1") == 0.0
-    assert squad.f1_score("The", "a", "2.0") == 1.0
-    assert squad.f1_score("", "", "2.0") == 1.0
-    assert squad.f1_score("", "Paris", "2.0") == 0.0  # text against an unanswerable question
-    assert squad.f1_score("Paris", "", "2.0") == 0.0
-    assert squad.f1_score("Paris", "", "1.1") == 0.0
+    assert squad_metrics.f1_score("The", "a", "1.1") == 0.0
+    assert squad_metrics.f1_score("The", "a", "2.0") == 1.0
+    assert squad_metrics.f1_score("", "", "2.0") == 1.0
+    # text against an unanswerable question
+    assert squad_metrics.f1_score("", "Paris", "2.0") == 0.0
+    assert squad_metrics.f1_score("Paris", "", "2.0") == 0.0
+    assert squad_metrics.f1_score("Paris", "", "1.1") == 0.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -77,22 +78,22 @@ V1 = cases.dataset(
 def test_max_over_gold_answers():
     # "Denver" vs golds: 2/3 ("denver broncos": P 1, R 1/2), 0, 1/2 ("denver broncos team").
     one = cases.dataset(V1[0]["paragraphs"][0]["qas"][0])
-    out = squad.evaluate(one, {"q1": "Denver"})
+    out = squad_metrics.evaluate(one, {"q1": "Denver"})
     assert out["exact_match"] == 0.0
     assert out["f1"] == pytest.approx(100 * 2 / 3)
-    out = squad.evaluate(one, {"q1": "broncos"})
+    out = squad_metrics.evaluate(one, {"q1": "broncos"})
     assert out["exact_match"] == 100.0 and out["f1"] == 100.0
 
 
 def test_v1_missing_prediction_scores_zero_and_counts(caplog):
     preds = {"q1": "broncos", "q2": "Cat on a mat.", "q3": "y y y"}  # q4 missing
     with caplog.at_level("WARNING"):
-        out = squad.evaluate(V1, preds)
+        out = squad_metrics.evaluate(V1, preds)
     # EM: q1 only -> 1/4. F1: (1 + 6/7 + 4/7 + 0) / 4 = 17/28.
     assert out == pytest.approx({"exact_match": 25.0, "f1": 100 * 17 / 28, "exact": 25.0,
                                  "total": 4})
     assert "q4" in caplog.text
-    complete = squad.evaluate(V1, {**preds, "q4": "paris"})
+    complete = squad_metrics.evaluate(V1, {**preds, "q4": "paris"})
     assert complete["exact_match"] == 50.0 and complete["f1"] == pytest.approx(100 * 24 / 28)
 
 
@@ -100,15 +101,15 @@ def test_dataset_given_as_path_object_or_list(tmp_path):
     path = tmp_path / "dev-v1.1.json"
     path.write_text(json.dumps({"version": "1.1", "data": V1}))
     preds = {"q1": "Denver", "q2": "mat", "q3": "z", "q4": "paris"}
-    from_list = squad.evaluate(V1, preds)
-    assert squad.evaluate(str(path), preds) == from_list
-    assert squad.evaluate(path, preds) == from_list
-    assert squad.evaluate({"version": "1.1", "data": V1}, preds) == from_list
+    from_list = squad_metrics.evaluate(V1, preds)
+    assert squad_metrics.evaluate(str(path), preds) == from_list
+    assert squad_metrics.evaluate(path, preds) == from_list
+    assert squad_metrics.evaluate({"version": "1.1", "data": V1}, preds) == from_list
 
 
 def test_na_probs_rejected_for_v1():
     with pytest.raises(ValueError, match="na_probs"):
-        squad.evaluate(V1, {"q1": "x"}, na_probs={"q1": 0.5})
+        squad_metrics.evaluate(V1, {"q1": "x"}, na_probs={"q1": 0.5})
 
 
 # --------------------------------------------------------------------------------------------
@@ -127,7 +128,7 @@ V2_PREDS = {"q1": "Denver Broncos", "q2": "", "q3": "", "q4": "something", "q5":
 
 
 def test_v2_breakdown_by_hand():
-    out = squad.evaluate(V2, V2_PREDS)
+    out = squad_metrics.evaluate(V2, V2_PREDS)
     assert list(out) == ["exact", "f1", "total", "HasAns_exact", "HasAns_f1", "HasAns_total",
                          "NoAns_exact", "NoAns_f1", "NoAns_total"]
     assert out == pytest.approx({
@@ -138,7 +139,7 @@ def test_v2_breakdown_by_hand():
 
 def test_v2_na_prob_threshold_turns_answers_into_no_answer():
     na = {"q1": 0.9, "q2": 0.2, "q3": 0.8, "q4": 0.7, "q5": 0.4}
-    out = squad.evaluate(V2, V2_PREDS, na_probs=na, na_prob_thresh=0.5)
+    out = squad_metrics.evaluate(V2, V2_PREDS, na_probs=na, na_prob_thresh=0.5)
     # Above 0.5 -> scored as "" : q1 (answerable) 0, q3 and q4 (unanswerable) 1. q2 0, q5 1 raw.
     assert out["exact"] == pytest.approx(100 * 3 / 5)
     assert out["f1"] == pytest.approx(100 * 3 / 5)
@@ -148,7 +149,7 @@ def test_v2_na_prob_threshold_turns_answers_into_no_answer():
 
 def test_v2_best_thresholds_by_hand():
     na = {"q1": 0.55, "q2": 0.6, "q3": 0.3, "q4": 0.9, "q5": 0.5}
-    out = squad.evaluate(V2, V2_PREDS, na_probs=na)
+    out = squad_metrics.evaluate(V2, V2_PREDS, na_probs=na)
     # Start at 2 (every unanswerable right when nothing is answered); answer in rising na order:
     #   q3 (+0, "" stays right), q5 (+1 -> 3), q1 (EM +0 | F1 +2/3 -> 11/3), q2 (+0), q4 (-1).
     assert out["best_exact"] == pytest.approx(100 * 3 / 5)
@@ -156,40 +157,40 @@ def test_v2_best_thresholds_by_hand():
     assert out["best_f1"] == pytest.approx(100 * (11 / 3) / 5)
     assert out["best_f1_thresh"] == 0.55
     # The best F1 is what the threshold gives when applied.
-    at_best = squad.evaluate(V2, V2_PREDS, na_probs=na, na_prob_thresh=0.55)
+    at_best = squad_metrics.evaluate(V2, V2_PREDS, na_probs=na, na_prob_thresh=0.55)
     assert at_best["f1"] == pytest.approx(out["best_f1"])
 
 
 def test_v2_best_thresh_is_zero_when_answering_nothing_wins():
     data = cases.dataset(cases.qa("q1", ["a b"]), cases.qa("q2", [], impossible=True))
-    out = squad.evaluate(data, {"q1": "wrong", "q2": "also wrong"},
+    out = squad_metrics.evaluate(data, {"q1": "wrong", "q2": "also wrong"},
                          na_probs={"q1": 0.3, "q2": 0.7})
     assert out["best_f1"] == 50.0 and out["best_f1_thresh"] == 0.0
 
 
 def test_v2_gold_that_normalises_to_nothing_means_no_answer():
     data = cases.dataset(cases.qa("q1", ["The"]), cases.qa("q2", [], impossible=True))
-    out = squad.evaluate(data, {"q1": "", "q2": ""})
+    out = squad_metrics.evaluate(data, {"q1": "", "q2": ""})
     assert out["exact"] == 100.0 and out["f1"] == 100.0
     assert out["HasAns_total"] == 1  # still counted as answerable: it has an answer entry
 
 
 def test_v2_missing_prediction_is_an_error():
     with pytest.raises(ValueError, match=r"predictions: 1 of 5 .*'q4'"):
-        squad.evaluate(V2, {k: v for k, v in V2_PREDS.items() if k != "q4"})
+        squad_metrics.evaluate(V2, {k: v for k, v in V2_PREDS.items() if k != "q4"})
     with pytest.raises(ValueError, match="na_probs"):
-        squad.evaluate(V2, V2_PREDS, na_probs={"q1": 0.0})
+        squad_metrics.evaluate(V2, V2_PREDS, na_probs={"q1": 0.0})
 
 
 def test_version_detection_and_override():
     answerable = cases.dataset(cases.qa("q1", ["The"]))
     # v1.1 (no is_impossible): "" vs "The" -> EM 1 (both normalise to ""), F1 0 (no overlap).
-    assert squad.evaluate(answerable, {"q1": ""}) == {"exact_match": 100.0, "f1": 0.0,
+    assert squad_metrics.evaluate(answerable, {"q1": ""}) == {"exact_match": 100.0, "f1": 0.0,
                                                      "exact": 100.0, "total": 1}
-    forced = squad.evaluate(answerable, {"q1": ""}, version="2.0")
+    forced = squad_metrics.evaluate(answerable, {"q1": ""}, version="2.0")
     assert forced["exact"] == 100.0 and forced["f1"] == 100.0
     with pytest.raises(ValueError, match="version"):
-        squad.evaluate(answerable, {"q1": ""}, version="3")
+        squad_metrics.evaluate(answerable, {"q1": ""}, version="3")
 
 
 # --------------------------------------------------------------------------------------------
@@ -306,7 +307,7 @@ def test_matches_official_v1_on_random_predictions(seed):
            for i in range(40)]
     preds = {qa["id"]: _phrase(rng, 0, 4) for qa in qas if rng.random() > 0.1}
     data = cases.dataset(*qas)
-    out = squad.evaluate(data, preds)
+    out = squad_metrics.evaluate(data, preds)
     ref = _official_evaluate_v1(data, preds)
     assert out["exact_match"] == pytest.approx(ref["exact_match"], abs=1e-12)
     assert out["f1"] == pytest.approx(ref["f1"], abs=1e-12)
@@ -324,7 +325,7 @@ def test_matches_official_v2_on_random_predictions(seed):
     thresh = rng.choice([0.15, 0.4, 1.0])
     data = cases.dataset(*qas)
     for na in (None, na_probs):
-        out = squad.evaluate(data, preds, na_probs=na, na_prob_thresh=thresh)
+        out = squad_metrics.evaluate(data, preds, na_probs=na, na_prob_thresh=thresh)
         ref = _official_evaluate_v2(data, preds, na, thresh)
         assert list(out) == list(ref)
         assert out == pytest.approx(ref, abs=1e-12)
@@ -344,9 +345,9 @@ def test_best_threshold_uses_best_non_null_answer_from_nbest():
 
     # q2, q3: no non-null candidate -> "" (q3's is right, q2's is not).
     lists = {k: nbest(v) if v else nbest("")[:1] for k, v in V2_PREDS.items()}
-    out = squad.best_threshold(V2, lists, na)
+    out = squad_metrics.best_threshold(V2, lists, na)
     assert out["best_f1_thresh"] == 0.55 and out["best_exact_thresh"] == 0.5
     assert out["best_f1"] == pytest.approx(100 * (11 / 3) / 5)
     assert out["f1"] == pytest.approx(out["best_f1"])  # metrics are those at best_f1_thresh
     assert out["NoAns_total"] == 2
-    assert squad.best_threshold(V2, V2_PREDS, na) == out  # plain texts work the same
+    assert squad_metrics.best_threshold(V2, V2_PREDS, na) == out  # plain texts work the same

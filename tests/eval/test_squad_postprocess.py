@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from tests.eval import squad_cases as cases
-from zoo.eval import squad
+from zoo.eval import squad_metrics
+from zoo.eval.squad_postprocess import SquadExample, SquadFeature, postprocess, write_predictions
 
 
 def _word_spans(context):
@@ -25,7 +26,7 @@ def _window(context_spans, words, length, example_index=0, max_context=None):
     for pos, w in enumerate(words, start=3):
         offsets[pos] = context_spans[w]
         is_max[pos] = True if max_context is None else max_context[w]
-    return squad.SquadFeature(example_index, offsets, is_max)
+    return SquadFeature(example_index, offsets, is_max)
 
 
 def test_max_context_window_decides_where_a_span_may_start():
@@ -38,8 +39,8 @@ def test_max_context_window_decides_where_a_span_may_start():
     start, end = np.zeros((2, 8)), np.zeros((2, 8))
     start[0, 6] = end[0, 6] = 10.0  # A: word 3 alone, 20 -- but A is not word 3's window
     start[1, 4], end[1, 5] = 5.0, 5.0  # B: words 3..4, 10
-    example = squad.SquadExample("e0", context, "q?")
-    preds, nbest, null_odds = squad.postprocess([example], [a, b], start, end, n_best_size=4)
+    example = SquadExample("e0", context, "q?")
+    preds, nbest, null_odds = postprocess([example], [a, b], start, end, n_best_size=4)
     assert preds == {"e0": "three-four  five."}
     assert preds["e0"] == context[spans[3][0]:spans[4][1]]
     assert nbest["e0"][0]["start_logit"] == 5.0 and nbest["e0"][0]["end_logit"] == 5.0
@@ -48,7 +49,7 @@ def test_max_context_window_decides_where_a_span_may_start():
     assert null_odds == {}
     # Giving A word 3's max context lets its higher-scoring span win.
     a_max = _window(spans, [0, 1, 2, 3], 8)
-    preds, _, _ = squad.postprocess([example], [a_max, b], start, end, n_best_size=4)
+    preds, _, _ = postprocess([example], [a_max, b], start, end, n_best_size=4)
     assert preds == {"e0": "three-four"}
 
 
@@ -59,8 +60,8 @@ def test_equal_texts_merge_into_one_nbest_entry():
     start, end = np.zeros((1, 12)), np.zeros((1, 12))
     start[0, [3, 8, 6]] = [2.0, 3.0, 1.0]  # "Paris" (word 0), "Paris" (word 5), "France"
     end[0, [3, 8, 6]] = [2.0, 3.0, 1.0]
-    example = squad.SquadExample("e0", context, "q?")
-    _, nbest, _ = squad.postprocess([example], [feature], start, end, n_best_size=3,
+    example = SquadExample("e0", context, "q?")
+    _, nbest, _ = postprocess([example], [feature], start, end, n_best_size=3,
                                     max_answer_length=1)
     # Candidates by score: Paris@5 (6), Paris@0 (4), France (2): the second "Paris" is dropped.
     assert [(e["text"], e["start_logit"]) for e in nbest["e0"]] == [("Paris", 3.0), ("France", 1.0)]
@@ -74,20 +75,20 @@ def _single_window():
     feature = _window(spans, [0, 1, 2, 3], 8)  # context words at positions 3..6, [SEP] at 7
     start = np.array([[0, 9, 0, 1, 2, 8, 0, 0]], np.float32)
     end = np.array([[0, 0, 0, 7, 1, 0, 3, 9]], np.float32)
-    return squad.SquadExample("e0", context, "q?"), feature, start, end
+    return SquadExample("e0", context, "q?"), feature, start, end
 
 
 def test_invalid_spans_and_max_answer_length_are_filtered():
     example, feature, start, end = _single_window()
     # Top-3 starts: 1 (question), 5, 4; top-3 ends: 7 ([SEP]), 3, 6. Every pair with start 1 or
     # end 7 leaves the context, end 3 < both starts; left: (5, 6) = 8 + 3, (4, 6) = 2 + 3 (3 long).
-    preds, nbest, _ = squad.postprocess([example], [feature], start, end, n_best_size=3,
+    preds, nbest, _ = postprocess([example], [feature], start, end, n_best_size=3,
                                         max_answer_length=3)
     assert preds == {"e0": "gamma delta"}
     assert [e["text"] for e in nbest["e0"]] == ["gamma delta", "beta  gamma delta"]
     p = 1 / (1 + math.exp(-6.0))  # softmax([11, 5])
     np.testing.assert_allclose([e["probability"] for e in nbest["e0"]], [p, 1 - p], rtol=1e-12)
-    _, nbest, _ = squad.postprocess([example], [feature], start, end, n_best_size=3,
+    _, nbest, _ = postprocess([example], [feature], start, end, n_best_size=3,
                                     max_answer_length=2)
     assert nbest["e0"] == [{"text": "gamma delta", "probability": 1.0, "start_logit": 8.0,
                             "end_logit": 3.0}]
@@ -100,9 +101,9 @@ def test_features_as_stacked_arrays_match_per_window_objects():
     as_dicts = [{"example_index": 0, "offsets": feature.offsets,
                  "token_is_max_context": feature.token_is_max_context}]
     example_dict = {"id": "e0", "context": example.context}
-    ref = squad.postprocess([example], [feature], start, end, n_best_size=3)
-    assert squad.postprocess([example], stacked, start, end, n_best_size=3) == ref
-    assert squad.postprocess([example_dict], as_dicts, start, end, n_best_size=3) == ref
+    ref = postprocess([example], [feature], start, end, n_best_size=3)
+    assert postprocess([example], stacked, start, end, n_best_size=3) == ref
+    assert postprocess([example_dict], as_dicts, start, end, n_best_size=3) == ref
 
 
 def _two_window_v2():
@@ -114,12 +115,12 @@ def _two_window_v2():
     start[0, 0], end[0, 0] = 1.0, 1.0  # null score of A: 2
     start[1, 0], end[1, 0] = 0.5, 0.5  # null score of B: 1 <- the minimum counts
     start[0, 3], end[0, 4] = 1.0, 2.0  # "one two": 3, the best span
-    return squad.SquadExample("e0", context, "q?"), [a, b], start, end
+    return SquadExample("e0", context, "q?"), [a, b], start, end
 
 
 def test_v2_null_score_is_the_minimum_over_windows():
     example, features, start, end = _two_window_v2()
-    preds, nbest, null_odds = squad.postprocess([example], features, start, end, n_best_size=3,
+    preds, nbest, null_odds = postprocess([example], features, start, end, n_best_size=3,
                                                 version_2=True)
     assert null_odds == {"e0": 1.0 - 3.0}  # with the maximum (2) it would be -1
     assert preds == {"e0": "one two"}
@@ -131,7 +132,7 @@ def test_v2_null_score_is_the_minimum_over_windows():
 @pytest.mark.parametrize("threshold, expected", [(-3.0, ""), (-2.0, "one two"), (0.0, "one two")])
 def test_v2_threshold_flips_the_answer(threshold, expected):
     example, features, start, end = _two_window_v2()
-    preds, _, null_odds = squad.postprocess([example], features, start, end, version_2=True,
+    preds, _, null_odds = postprocess([example], features, start, end, version_2=True,
                                             null_score_diff_threshold=threshold)
     assert null_odds["e0"] == -2.0
     assert preds == {"e0": expected}  # "" only when null odds exceed the threshold
@@ -139,11 +140,11 @@ def test_v2_threshold_flips_the_answer(threshold, expected):
 
 def test_no_valid_span_predicts_empty():
     example, feature, start, end = _single_window()
-    context_only = squad.SquadFeature(0, feature.offsets, np.zeros(8, bool))  # no max context
-    preds, nbest, _ = squad.postprocess([example], [context_only], start, end)
+    context_only = SquadFeature(0, feature.offsets, np.zeros(8, bool))  # no max context
+    preds, nbest, _ = postprocess([example], [context_only], start, end)
     assert preds == {"e0": ""}
     assert nbest["e0"] == [{"text": "", "probability": 1.0, "start_logit": 0.0, "end_logit": 0.0}]
-    preds, nbest, null_odds = squad.postprocess([example], [context_only], start, end,
+    preds, nbest, null_odds = postprocess([example], [context_only], start, end,
                                                 version_2=True, null_score_diff_threshold=1e9)
     assert preds == {"e0": ""} and null_odds == {"e0": math.inf}
     assert [e["text"] for e in nbest["e0"]] == [""]
@@ -155,10 +156,10 @@ def test_nbest_probabilities_are_a_softmax_that_sums_to_one():
     spans = _word_spans(context)
     features = [_window(spans, list(range(8)), 12, example_index=0),
                 _window(spans, list(range(4, 12)), 12, example_index=1)]
-    examples = [squad.SquadExample("e0", context, "q?"), squad.SquadExample("e1", context, "q?")]
+    examples = [SquadExample("e0", context, "q?"), SquadExample("e1", context, "q?")]
     start, end = rng.normal(size=(2, 2, 12)) * 3
     for version_2 in (False, True):
-        preds, nbest, _ = squad.postprocess(examples, features, start, end, n_best_size=5,
+        preds, nbest, _ = postprocess(examples, features, start, end, n_best_size=5,
                                             max_answer_length=4, version_2=version_2)
         for entries in nbest.values():
             scores = np.array([e["start_logit"] + e["end_logit"] for e in entries])
@@ -237,7 +238,7 @@ def test_postprocess_matches_bert_loop_on_random_windows(version_2):
     spans = _word_spans(context)
     examples, features = [], []
     for e in range(6):  # three overlapping windows of 8 words each, random max-context flags
-        examples.append(squad.SquadExample(f"e{e}", context, "q?"))
+        examples.append(SquadExample(f"e{e}", context, "q?"))
         for first in (0, 6, 12):
             flags = dict(enumerate(rng.random(20) < 0.7))
             features.append(_window(spans, list(range(first, first + 8)), 13, e, flags))
@@ -245,7 +246,7 @@ def test_postprocess_matches_bert_loop_on_random_windows(version_2):
     start = rng.integers(-3, 4, size=(len(features), 13)).astype(np.float32)
     end = rng.integers(-3, 4, size=(len(features), 13)).astype(np.float32)
     start[:9, 0] += 12  # the first three examples lean to "no answer"
-    got = squad.postprocess(examples, features, start, end, n_best_size=4, max_answer_length=3,
+    got = postprocess(examples, features, start, end, n_best_size=4, max_answer_length=3,
                             version_2=version_2, null_score_diff_threshold=-1.0)
     ref = _bert_write_predictions(examples, features, start, end, 4, 3, version_2, -1.0)
     assert got[0] == ref[0]
@@ -266,16 +267,16 @@ def test_best_f1_thresh_as_null_score_diff_threshold_reproduces_best_f1():
     rng = np.random.default_rng(3)
     context = " ".join(f"w{i}" for i in range(10))
     spans = _word_spans(context)
-    examples = [squad.SquadExample(f"e{e}", context, "q?") for e in range(12)]
+    examples = [SquadExample(f"e{e}", context, "q?") for e in range(12)]
     features = [_window(spans, list(range(10)), 14, e) for e in range(12)]
     start, end = rng.normal(size=(2, 12, 14))
     data = cases.dataset(*[cases.qa(f"e{e}", [] if e % 3 == 0 else [f"w{e % 10} w{(e + 1) % 10}"],
                           impossible=e % 3 == 0) for e in range(12)])
-    _, nbest, null_odds = squad.postprocess(examples, features, start, end, version_2=True)
-    best = squad.best_threshold(data, nbest, null_odds)
-    preds, _, _ = squad.postprocess(examples, features, start, end, version_2=True,
+    _, nbest, null_odds = postprocess(examples, features, start, end, version_2=True)
+    best = squad_metrics.best_threshold(data, nbest, null_odds)
+    preds, _, _ = postprocess(examples, features, start, end, version_2=True,
                                     null_score_diff_threshold=best["best_f1_thresh"])
-    scored = squad.evaluate(data, preds)
+    scored = squad_metrics.evaluate(data, preds)
     assert scored["f1"] == pytest.approx(best["f1"], abs=1e-12)
     assert scored["exact"] == pytest.approx(best["exact"], abs=1e-12)
     assert best["f1"] == pytest.approx(best["best_f1"])  # distinct odds: no ties to split
@@ -284,15 +285,15 @@ def test_best_f1_thresh_as_null_score_diff_threshold_reproduces_best_f1():
 def test_postprocess_argument_errors():
     example, feature, start, end = _single_window()
     with pytest.raises(ValueError, match="start_logits"):
-        squad.postprocess([example], [feature], start[:, :5], end)
+        postprocess([example], [feature], start[:, :5], end)
     with pytest.raises(ValueError, match="example_index"):
-        squad.postprocess([example], [squad.SquadFeature(3, feature.offsets,
+        postprocess([example], [SquadFeature(3, feature.offsets,
                                                          feature.token_is_max_context)],
                           start, end)
     with pytest.raises(ValueError, match="no window"):
-        squad.postprocess([example, example], [feature], start, end)
+        postprocess([example, example], [feature], start, end)
     with pytest.raises(ValueError, match="n_best_size"):
-        squad.postprocess([example], [feature], start, end, n_best_size=0)
+        postprocess([example], [feature], start, end, n_best_size=0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -302,9 +303,9 @@ def test_postprocess_argument_errors():
 
 def test_writers_round_trip_in_the_official_format(tmp_path):
     example, features, start, end = _two_window_v2()
-    preds, nbest, null_odds = squad.postprocess([example], features, start, end, version_2=True)
+    preds, nbest, null_odds = postprocess([example], features, start, end, version_2=True)
     out_dir = tmp_path / "out"
-    paths = squad.write_predictions(out_dir, preds, nbest, {**null_odds, "e1": math.inf})
+    paths = write_predictions(out_dir, preds, nbest, {**null_odds, "e1": math.inf})
     assert sorted(os.listdir(out_dir)) == ["nbest_predictions.json", "null_odds.json",
                                            "predictions.json"]  # no temp files left
     with open(paths["predictions"]) as f:
@@ -315,13 +316,13 @@ def test_writers_round_trip_in_the_official_format(tmp_path):
         assert json.load(f) == {"e0": -2.0, "e1": math.inf}
     assert (out_dir / "predictions.json").read_text() == json.dumps(preds, indent=4) + "\n"
     # v1: no null odds, no null_odds.json.
-    assert set(squad.write_predictions(tmp_path / "v1", preds, nbest, {})) == {"predictions",
+    assert set(write_predictions(tmp_path / "v1", preds, nbest, {})) == {"predictions",
                                                                                 "nbest"}
 
 
 def test_failed_write_leaves_the_previous_file_whole(tmp_path):
-    squad.write_predictions(tmp_path, {"e0": "old"})
+    write_predictions(tmp_path, {"e0": "old"})
     with pytest.raises(TypeError):
-        squad.write_predictions(tmp_path, {"e0": {"not", "json"}})
+        write_predictions(tmp_path, {"e0": {"not", "json"}})
     assert json.loads((tmp_path / "predictions.json").read_text()) == {"e0": "old"}
     assert os.listdir(tmp_path) == ["predictions.json"]

@@ -19,6 +19,7 @@ from zoo.train.checkpoint import (
     CorruptCheckpointError,
     DataReshardError,
     _restore_iterator,
+    latest_param_shapes,
 )
 
 
@@ -182,3 +183,16 @@ def test_a_run_resumes_from_the_checkpoint_before_a_corrupted_one(tmp_path):
     assert f"starting at step {EVERY} of {STEPS}" in out
     assert os.path.isdir(os.path.join(workdir, "checkpoints_corrupt", str(2 * EVERY)))
     gpt_process.assert_identical_runs(workdir, uninterrupted, STEPS)
+
+
+def test_latest_param_shapes_read_the_metadata_and_make_no_directory(tmp_path):
+    """What a fine-tuning task checks before restoring (a GPT's vocabulary and positions) is
+    read here, from the latest step's metadata: no workdir made for a mistyped path, {} for a
+    run without checkpoints or with unreadable metadata."""
+    assert latest_param_shapes(str(tmp_path / "typo")) == {}
+    assert not (tmp_path / "typo").exists()
+    save_steps(str(tmp_path / "run"), steps=(2,))
+    assert latest_param_shapes(str(tmp_path / "run")) == {"['b']": (32,), "['w']": (32, 32)}
+    with open(tmp_path / "run" / "checkpoints" / "2" / "state" / "_METADATA", "w") as f:
+        f.write("{not json")  # as test_unreadable_latest_falls_back_and_is_set_aside garbles it
+    assert latest_param_shapes(str(tmp_path / "run")) == {}

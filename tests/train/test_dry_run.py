@@ -4,7 +4,8 @@ import jax
 import pytest
 
 from zoo.commands import jobs
-from zoo.train import dry_run, loop
+from zoo.nn.transformer import stack_activation_bytes
+from zoo.train import loop
 
 
 def _device0_bytes(tree):
@@ -32,13 +33,13 @@ def test_dry_run_matches_the_real_sharded_state_and_compiles_nothing(tiny_lm_con
 
 def test_activation_estimate_follows_remat_and_tensor_parallelism():
     kw = dict(batch=4, seq_len=128, hidden=256, heads=4, layers=6, mlp=1024, dtype_bytes=2)
-    none = dry_run.transformer_activation_bytes(remat="none", **kw)
+    none = stack_activation_bytes(remat="none", **kw)
     # Hand count for one layer and token: 6h + 4h + 2*mlp + 2*heads*seq elements; 6 layers
     # stored, plus one layer's activation gradients during its backward pass.
     per_token = 6 * 256 + 4 * 256 + 2 * 1024 + 2 * 4 * 128
     assert none == 4 * 128 * (6 + 1) * per_token * 2
-    assert dry_run.transformer_activation_bytes(remat="full", **kw) < none / 3
-    assert dry_run.transformer_activation_bytes(remat="none", tensor_parallel=4, **kw) < none
+    assert stack_activation_bytes(remat="full", **kw) < none / 3
+    assert stack_activation_bytes(remat="none", tensor_parallel=4, **kw) < none
 
 
 def test_blockwise_attention_keeps_no_weights_and_the_estimate_follows_xla(tiny_lm_config,
@@ -50,7 +51,7 @@ def test_blockwise_attention_keeps_no_weights_and_the_estimate_follows_xla(tiny_
     kw = dict(batch=4, seq_len=128, hidden=256, heads=4, layers=6, mlp=1024, dtype_bytes=2,
               remat="none")
     per_token = 6 * 256 + 4 * 256 + 2 * 1024 + 4
-    assert dry_run.transformer_activation_bytes(backend="blockwise", **kw) == (
+    assert stack_activation_bytes(backend="blockwise", **kw) == (
         4 * 128 * (6 + 1) * per_token * 2)
 
     estimated, compiled = {}, {}
@@ -69,3 +70,21 @@ def test_blockwise_attention_keeps_no_weights_and_the_estimate_follows_xla(tiny_
     compiled_ratio = compiled["einsum"] / compiled["blockwise"]
     assert estimated_ratio > 4 and compiled_ratio > 4
     assert 0.5 < estimated_ratio / compiled_ratio < 2.0
+
+
+def test_each_model_family_counts_its_output_on_top_of_the_stack():
+    """The dry run's activations come from the model family (beside its flops_per_token): the
+    Transformer stack's count plus what each family's output keeps: GPT's two float32 [B, T, V]
+    buffers, BERT's three at the P masked positions (none for the span / class heads)."""
+    from zoo.models import bert, gpt
+
+    b, t, tp = 4, 32, 2
+    g = gpt.config_for_size("tiny", vocab_size=100)
+    stack = stack_activation_bytes(b, t, g.embed_dim, g.num_heads, g.num_layers, g.mlp_dim, 4,
+                                   g.remat, tp, g.backend)
+    assert gpt.activation_bytes(g, b, t, tp) == stack + 2 * b * t * 100 * 4 / tp
+    e = bert.config_for_size("tiny", vocab_size=120)
+    stack = stack_activation_bytes(b, t, e.hidden_size, e.num_heads, e.num_layers,
+                                   e.intermediate_size, 4, e.remat, tp, e.backend)
+    assert bert.activation_bytes(e, b, t, 0, tp) == stack
+    assert bert.activation_bytes(e, b, t, 5, tp) == stack + 3 * b * 5 * 120 * 4 / tp

@@ -3,7 +3,7 @@ with the same config only reads it (never re-tokenizes).
 
     python -m zoo.commands.prepare --config=configs/bert_pretrain.py:size=base \\
         --workdir=gs://BUCKET/run --config.data.prepared_dir=gs://BUCKET/bert-data \\
-        --config.data.source=text --config.data.train_files='gs://BUCKET/corpus/*.txt' ...
+        --config.data.source=files --config.data.train_files='gs://BUCKET/corpus/*.txt' ...
 
 The corpus is streamed piece by piece (config.data.shard_mb of text, or config.data.num_shards
 groups of a TFDS split) by config.data.prepare_workers processes per host (0 = every core); run

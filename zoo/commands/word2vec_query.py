@@ -1,5 +1,6 @@
-"""Queries and export of a trained word2vec run's vectors: the kept `embedding` table (seed 001:
-the Context matrix is discarded after training and appears nowhere here).
+"""Queries and export of a trained word2vec run's vectors: the kept `embedding` table (the
+lecture notes from NNLM to BERT: the Context matrix is discarded after training and appears
+nowhere here).
 
     python -m zoo.commands.word2vec_query --config=configs/word2vec.py:size=tiny \\
         --workdir=/tmp/w2v --neighbours=braikousk,vanomese [--k=10]

@@ -21,8 +21,9 @@ shapes, one `Row` per tensor.
 import dataclasses
 import re
 
-import numpy as np
-
+# Row, the row type every converter shares, lives in zoo.convert.rename_table; zoo.convert.bert
+# still names it tables.Row.
+from zoo.convert.rename_table import Row
 from zoo.models.bert import BertConfig
 
 # Shapes are symbols resolved from the config (`_dims`): V vocab, P positions, S segment types,
@@ -128,42 +129,6 @@ HEADS = tuple(HEAD_KINDS)  # the head kinds, in detection order
 
 
 
-@dataclasses.dataclass(frozen=True)
-class Row:
-    """One tensor: its name in each layout, both shapes, and how to convert it."""
-
-    hf: str
-    tf: str
-    ours: str
-    hf_shape: tuple[int, ...]
-    our_shape: tuple[int, ...]
-    layout: str  # 'same', 'linear' or 'output_weights' (see the module docstring)
-    layer: int | None  # which layer a per-layer row belongs to (its slice when scanned)
-
-    def name(self, fmt: str) -> str:
-        return self.hf if fmt == "hf" else self.tf
-
-    def _transposed(self, fmt: str) -> bool:
-        """Whether the `fmt` tensor is (out, in) against our (in, out)."""
-        if fmt == "hf":
-            return self.layout != "same"
-        return self.layout == "output_weights"
-
-    def shape(self, fmt: str) -> tuple[int, ...]:
-        if fmt == "tf" and self.layout == "linear":
-            return self.hf_shape[::-1]
-        return self.hf_shape
-
-    def to_ours(self, x: np.ndarray, fmt: str) -> np.ndarray:
-        return (x.T if self._transposed(fmt) else x).reshape(self.our_shape)
-
-    def from_ours(self, x: np.ndarray, fmt: str) -> np.ndarray:
-        shape = self.shape(fmt)
-        if self._transposed(fmt):
-            return np.ascontiguousarray(x.reshape(shape[::-1]).T)
-        return x.reshape(shape).copy()
-
-
 def _dims(config: BertConfig, num_labels: int) -> dict[str, int]:
     d = config.hidden_size
     return dict(
@@ -186,20 +151,21 @@ def rows(config: BertConfig, heads: str, hf_prefix: str, num_labels: int = 2) ->
 
     ours_prefix = "" if heads == "none" else "bert/"
     rows = [
-        Row(hf_prefix + hf, "bert/" + tf, ours_prefix + ours, shape(hs), shape(os_), layout, None)
+        Row(hf_prefix + hf, shape(hs), ours_prefix + ours, shape(os_), None,
+            tf="bert/" + tf, layout=layout)
         for hf, tf, ours, hs, os_, layout in MODEL_TABLE
     ]
     for i in range(config.num_layers):
         layer = "layers" if config.scan_layers else f"layer_{i}"
         ours_layer = f"{ours_prefix}encoder/{layer}"
         rows += [
-            Row(f"{hf_prefix}encoder.layer.{i}.{hf}", f"bert/encoder/layer_{i}/{tf}",
-                 f"{ours_layer}/{ours}", shape(hs), shape(os_), layout, i)
+            Row(f"{hf_prefix}encoder.layer.{i}.{hf}", shape(hs), f"{ours_layer}/{ours}",
+                shape(os_), i, tf=f"bert/encoder/layer_{i}/{tf}", layout=layout)
             for hf, tf, ours, hs, os_, layout in LAYER_TABLE
         ]
     if heads != "none":
         rows += [
-            Row(hf, tf, ours, shape(hs), shape(os_), layout, None)
+            Row(hf, shape(hs), ours, shape(os_), None, tf=tf, layout=layout)
             for hf, tf, ours, hs, os_, layout in HEAD_KINDS[heads].table
         ]
     return rows

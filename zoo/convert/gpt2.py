@@ -23,7 +23,6 @@ Example:
   logits = zoo.models.gpt.GPT(config).apply({"params": params}, tokens)
 """
 
-import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -34,6 +33,7 @@ import numpy as np
 from flax import traverse_util
 
 from zoo.convert.arrays import listing, to_numpy
+from zoo.convert.rename_table import Row
 from zoo.errors import DataError
 from zoo.models.gpt import GPTConfig
 
@@ -186,15 +186,6 @@ def config_to_hf(config: GPTConfig, **extra: Any) -> dict[str, Any]:
     return hf
 
 
-@dataclasses.dataclass(frozen=True)
-class _Row:
-    hf: str
-    hf_shape: tuple[int, ...]
-    ours: tuple[str, ...]
-    our_shape: tuple[int, ...]
-    layer: int | None  # which layer a per-layer row belongs to (its slice when scanned)
-
-
 def _dims(config: GPTConfig) -> dict[str, int]:
     d = config.embed_dim
     return dict(
@@ -203,29 +194,29 @@ def _dims(config: GPTConfig) -> dict[str, int]:
     )
 
 
-def _rows(config: GPTConfig) -> list[_Row]:
+def _rows(config: GPTConfig) -> list[Row]:
     """The tables instantiated for `config`: concrete names, paths and shapes."""
     dims = _dims(config)
 
     def shape(spec):
         return tuple(dims[s] for s in spec.split())
 
-    rows = [_Row(hf, shape(hs), ours, shape(os_), None) for hf, hs, ours, os_ in _MODEL_TABLE]
+    rows = [Row(hf, shape(hs), ours, shape(os_), None) for hf, hs, ours, os_ in _MODEL_TABLE]
     for i in range(config.num_layers):
         prefix = "h/layers" if config.scan_layers else f"h/layer_{i}"
         rows += [
-            _Row(f"h.{i}.{hf}", shape(hs), tuple(f"{prefix}/{p}" for p in ours), shape(os_), i)
+            Row(f"h.{i}.{hf}", shape(hs), tuple(f"{prefix}/{p}" for p in ours), shape(os_), i)
             for hf, hs, ours, os_ in _LAYER_TABLE
         ]
     return rows
 
 
-def _split(x: np.ndarray, row: _Row) -> list[np.ndarray]:
+def _split(x: np.ndarray, row: Row) -> list[np.ndarray]:
     """HF tensor -> our tensors: split the last axis into len(row.ours) parts, reshape each."""
     return [part.reshape(row.our_shape) for part in np.split(x, len(row.ours), axis=-1)]
 
 
-def _join(parts: list[np.ndarray], row: _Row) -> np.ndarray:
+def _join(parts: list[np.ndarray], row: Row) -> np.ndarray:
     """Our tensors -> the HF tensor: `_split` inverted (always a fresh array)."""
     part_shape = row.hf_shape[:-1] + (row.hf_shape[-1] // len(parts),)
     return np.concatenate([p.reshape(part_shape) for p in parts], axis=-1)

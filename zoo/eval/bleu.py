@@ -1,4 +1,5 @@
-"""Corpus BLEU (Papineni et al., 2002) as seed 002 defines it, with sacrebleu's defaults.
+"""Corpus BLEU (Papineni et al., 2002) as the evaluation section of the course slides on sequence
+generation defines it, with sacrebleu's defaults.
 
 Seed 002 (eqs. 15.39 and 15.41), for a hypothesis x and references s^(1..K):
 

@@ -1,4 +1,5 @@
-"""ROUGE-N, ROUGE-L and ROUGE-Lsum (Lin, 2004) as seed 002 defines them, equal to rouge-score.
+"""ROUGE-N, ROUGE-L and ROUGE-Lsum (Lin, 2004) as the evaluation section of the course slides on
+sequence generation defines them, equal to rouge-score.
 
 Seed 002 (eq. 15.42) defines ROUGE-N as n-gram recall against references s^(1..K):
 
@@ -76,7 +77,8 @@ def rouge_n(
       n: the n-gram order (1 for ROUGE-1, 2 for ROUGE-2, ...).
       use_stemmer: Porter-stem tokens longer than three characters (needs nltk).
       multi_ref: 'best' (default): the reference with the highest F, as rouge-score's
-        score_multi; 'pooled': seed 002's eq. 15.42, hits and reference n-grams summed over
+        score_multi; 'pooled': eq. 15.42 of the course slides on sequence generation, hits and
+        reference n-grams summed over
         all references (and the hypothesis n-grams counted once per reference).
 
     Returns:

@@ -26,7 +26,7 @@ from zoo.nn.embeddings import Embed, LearnedPositionalEmbedding
 from zoo.nn.feedforward import get_activation
 from zoo.nn.linear import Dense
 from zoo.nn.normalization import LayerNorm
-from zoo.nn.transformer import TransformerEncoder
+from zoo.nn.transformer import TransformerEncoder, stack_activation_bytes
 
 _EMBED_AXES = ("act_batch", "act_len", "act_embed")
 
@@ -114,6 +114,22 @@ def flops_per_token(config: BertConfig, seq_len: int, num_predictions: int) -> f
     attention = 3 * 2 * 2 * seq_len * h * layers
     mlm_head = 6 * (h * h + h * config.vocab_size) * num_predictions / seq_len
     return 6.0 * encoder_weights + attention + mlm_head
+
+
+def activation_bytes(config: BertConfig, batch: int, seq_len: int, num_predictions: int,
+                     tensor_parallel: int) -> float:
+    """Activation memory one device keeps for the backward pass of a `batch`-row micro-batch
+    (the dry run): the encoder stack (zoo.nn.transformer.stack_activation_bytes) and, when
+    pretraining predicts `num_predictions` masked positions per row, the MLM head's float32
+    logits, log-softmax and logits' gradient at those positions (split over vocab by tensor
+    parallelism). The question-answering and classification heads are a few values per row."""
+    stack = stack_activation_bytes(
+        batch, seq_len, config.hidden_size, config.num_heads, config.num_layers,
+        config.intermediate_size, jnp.dtype(config.dtype).itemsize, config.remat,
+        tensor_parallel, config.backend)
+    if not num_predictions:
+        return stack
+    return stack + 3 * batch * num_predictions * config.vocab_size * 4 / tensor_parallel
 
 
 def _dtypes(config: BertConfig) -> dict[str, Any]:

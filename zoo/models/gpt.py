@@ -15,7 +15,7 @@ from zoo.models import config_checks
 from zoo.nn.attention import check_attention_fields
 from zoo.nn.embeddings import Embed, LearnedPositionalEmbedding
 from zoo.nn.masks import MaskSpec
-from zoo.nn.transformer import TransformerDecoder
+from zoo.nn.transformer import TransformerDecoder, stack_activation_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +58,32 @@ def config_for_size(size: str, **overrides: Any) -> GPTConfig:
     kw = dict(num_layers=layers, num_heads=heads, embed_dim=dim, mlp_dim=4 * dim)
     kw.update(overrides)
     return GPTConfig(**kw)
+
+
+def flops_per_token(config: GPTConfig, seq_len: int) -> float:
+    """Training FLOPs per token of `seq_len`-token rows, for MFU and the dry run: 6N (forward 2N
+    + backward 4N per token over the matmul weights, the tied output projection included) +
+    the attention scores and weighted values: 2 * 2 * T * d per layer forward, x3 with backward,
+    halved because a causal query sees on average half the keys."""
+    d, layers, t = config.embed_dim, config.num_layers, seq_len
+    per_layer = 4 * d * d + 2 * d * config.mlp_dim  # q, k, v, out + the two FFN matrices
+    n = layers * per_layer + config.vocab_size * d
+    attention = 3 * 2 * 2 * t * d * layers / 2
+    return 6.0 * n + attention
+
+
+def activation_bytes(config: GPTConfig, batch: int, seq_len: int, tensor_parallel: int
+                     ) -> float:
+    """Activation memory one device keeps for the backward pass of a `batch`-row micro-batch
+    (the dry run): the decoder stack (zoo.nn.transformer.stack_activation_bytes) and the
+    output's float32 [B, T, V] buffers, split over vocab by tensor parallelism: two live at
+    once (zoo.train.losses: the logits and exp(logits - max), then that and the logits'
+    gradient, then the gradient and its transpose for the tied embedding's)."""
+    stack = stack_activation_bytes(
+        batch, seq_len, config.embed_dim, config.num_heads, config.num_layers, config.mlp_dim,
+        jnp.dtype(config.dtype).itemsize, config.remat, tensor_parallel, config.backend)
+    logits = 2 * batch * seq_len * config.vocab_size * 4 / tensor_parallel
+    return stack + logits
 
 
 class GPT(nn.Module):

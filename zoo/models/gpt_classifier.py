@@ -1,6 +1,6 @@
-"""GPT fine-tuned on a downstream task (Radford et al. 2018, section 3.3; seed 001's "GPT's
-second stage"): the pretrained decoder unchanged, the task's input written as one token
-sequence, and a linear head on the final hidden state of its last token.
+"""GPT fine-tuned on a downstream task (Radford et al. 2018, section 3.3; "GPT's second stage"
+in the lecture notes from NNLM to BERT): the pretrained decoder unchanged, the task's input
+written as one token sequence, and a linear head on the final hidden state of its last token.
 
 Input transformations (the paper's Figure 1), built on the host by zoo.tasks.gpt_classification:
 

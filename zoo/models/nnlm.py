@@ -90,6 +90,17 @@ def flops_per_token(cfg: NNLMConfig) -> float:
     return 6.0 * matmul_params(cfg)
 
 
+def activation_bytes(cfg: NNLMConfig, batch: int, seq_len: int, tensor_parallel: int) -> float:
+    """Activation memory one device keeps for the backward pass of a `batch`-row micro-batch of
+    `seq_len` tokens (the dry run): x (n-1 slots of m), the tanh output (split like H's
+    columns), and the float32 logits with their softmax (split over vocab)."""
+    tokens = batch * seq_len
+    item = jnp.dtype(cfg.dtype).itemsize
+    return tokens * (cfg.context * cfg.embed_dim * item
+                     + cfg.hidden_dim * item / tensor_parallel
+                     + 2 * cfg.vocab_size * 4 / tensor_parallel)
+
+
 def shifted(x: jnp.ndarray, shift: int, fill) -> jnp.ndarray:
     """x [B, T, ...] moved `shift` steps later along T: out[:, t] = x[:, t - shift], `fill` where
     t < shift."""

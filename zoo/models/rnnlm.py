@@ -119,6 +119,22 @@ def flops_per_token(cfg: RNNLMConfig) -> float:
     return 6.0 * (layers + h * cfg.vocab_size)
 
 
+def activation_bytes(cfg: RNNLMConfig, batch: int, seq_len: int, tensor_parallel: int
+                     ) -> float:
+    """A rough count of what the scan keeps for the backward pass of a `batch`-row micro-batch
+    of `seq_len` tokens on one device (the dry run), per token: the embedding, and per layer
+    the gate pre-activations (G x H, compute dtype), the float32 gates and carries the step's
+    backward needs (about 2G + 2 float32 vectors of H: gates, their nonlinear outputs, c and h)
+    and the layer output (H); then the float32 logits and their softmax. Hidden units and
+    vocab are split by tensor parallelism."""
+    tokens = batch * seq_len
+    item = jnp.dtype(cfg.dtype).itemsize
+    g, h = num_gates(cfg.cell), cfg.hidden_size
+    per_layer = (g * h * item + (2 * g + 2) * h * 4 + h * item) / tensor_parallel
+    return tokens * (cfg.embed_dim * item + cfg.num_layers * per_layer
+                     + 2 * cfg.vocab_size * 4 / tensor_parallel)
+
+
 def initial_carries(cfg: RNNLMConfig, batch: int) -> Carries:
     """Zero state of every layer for `batch` sequences (the decoding state; batch axis 0)."""
     return tuple(

@@ -41,7 +41,7 @@ class Word2VecConfig:
 
     Attributes:
       vocab_size: rows of both tables.
-      embed_dim: vector width D (seed 001: 300 is a common value).
+      embed_dim: vector width D (300 is a common value, the lecture notes from NNLM to BERT say).
       mode: 'skipgram' or 'cbow'.
     """
 
@@ -89,7 +89,8 @@ class Word2Vec(nn.Module):
         self.embedding = self.param(
             "embedding", nn.with_logical_partitioning(_embedding_init, ("vocab", "embed")),
             shape, cfg.param_dtype)
-        # Discarded after training (seed 001); zero at the start as the C tool's syn1neg.
+        # Discarded after training (as the word2vec section of the lecture notes from NNLM to
+        # BERT says); zero at the start as the C tool's syn1neg.
         self.context = self.param(
             "context", nn.with_logical_partitioning(nn.initializers.zeros, ("vocab", "embed")),
             shape, cfg.param_dtype)

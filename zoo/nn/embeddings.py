@@ -32,9 +32,11 @@ def sinusoidal_table(length: int, features: int, max_timescale: float = 10000.0)
     """The Transformer's fixed position table, computed in float64 on the host.
 
     P[i, 2j] = sin(i / max_timescale^(2j/d)) and P[i, 2j+1] = cos(i / max_timescale^(2j/d)):
-    sine and cosine interleaved, as in "Attention Is All You Need" section 3.5 (seed 004). Some
-    implementations (tensor2tensor, the figure in seed 000) concatenate all sines then all
-    cosines instead; that is a permutation of the features, not the same table.
+    sine and cosine interleaved, as in "Attention Is All You Need" section 3.5 (and the
+    positional-encoding formula of the Transformer course slides). Some implementations
+    (tensor2tensor, the positional-encoding figure of the Wenzhou University Transformer lecture)
+    concatenate all sines then all cosines instead; that is a permutation of the features, not
+    the same table.
 
     Args:
       length: number of positions (rows), starting at position 0.

@@ -1,4 +1,5 @@
-"""Hard attention (seed 002's 硬性注意力): select one input instead of averaging them all.
+"""Hard attention (硬性注意力, as the course slides on sequence generation and attention call it):
+select one input instead of averaging them all.
 
 Soft attention returns the expectation att(X, q) = sum_n alpha_n x_n = E_{z ~ alpha}[x_z] with
 alpha = softmax_n s(x_n, q). Hard attention returns a single x_z, the position z chosen

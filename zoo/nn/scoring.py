@@ -1,8 +1,8 @@
 """Attention scoring functions s(k, q) and key-value attention built on them.
 
-The lecture-note formulas (seed 002): attention is two steps, a distribution over the N inputs
-alpha_n = softmax_n s(k_n, q), then the expectation sum_n alpha_n v_n. The scorer is the only
-part that varies:
+The formulas of the course slides on sequence generation and attention: attention is two
+steps, a distribution over the N inputs alpha_n = softmax_n s(k_n, q), then the expectation
+sum_n alpha_n v_n. The scorer is the only part that varies:
 
   additive (Bahdanau)   s(k, q) = v^T tanh(W k + U q)
   mlp (perceptron)      s(k, q) = v^T act(W [k; q] + b)      (= additive for tanh, no b)

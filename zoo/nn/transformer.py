@@ -384,3 +384,39 @@ class TransformerDecoder(DecoderSettings):
 
         x = _run_stack(self, make_layer, body, x, encoded, self_mask, cross_mask)
         return _final_norm(self, x)
+
+
+# Backends that keep the [heads, q, k] softmax output for the backward pass; the others keep
+# one log-sum-exp per query and head and recompute the weights (zoo.nn.blockwise_attention).
+KEEPS_ATTENTION_WEIGHTS = ("einsum", "dot_product")
+
+
+def stack_activation_bytes(batch: int, seq_len: int, hidden: int, heads: int, layers: int,
+                           mlp: int, dtype_bytes: int, remat: str,
+                           tensor_parallel: int = 1, backend: str = "einsum") -> float:
+    """Activation memory kept for the backward pass of a Transformer stack on one device.
+
+    Per layer and token without recomputation (Korthikanti et al. 2022, eq. 2, for any mlp
+    width and element size): 6 * hidden elements stay whole on every device (the layer input,
+    two LayerNorm inputs, the FFN input, two dropout masks) and 4 * hidden + 2 * mlp +
+    2 * heads * seq_len are split by tensor parallelism (q, k, v, attention output, FFN hidden
+    and activation, softmax output and its dropout mask). 'full' remat keeps only each layer's
+    input and recomputes one layer at a time; 'dots' keeps the matmul outputs. An attention
+    backend that recomputes the weights (not in KEEPS_ATTENTION_WEIGHTS) keeps `heads`
+    log-sum-exps per token instead of 2 * heads * seq_len weights.
+    """
+    t = tensor_parallel
+    scores = 2 * heads * seq_len if backend in KEEPS_ATTENTION_WEIGHTS else heads
+    full_layer = 6 * hidden + (4 * hidden + 2 * mlp + scores) / t
+    per_token = {
+        "none": full_layer,
+        "dots": hidden + (4 * hidden + mlp) / t,
+        "full": hidden,
+    }[remat]
+    total = per_token * layers
+    if remat == "full":  # plus the one layer being recomputed
+        total += full_layer
+    # The backward pass of a layer holds the gradients of its activations (as large as the
+    # activations themselves) while the stored ones are still live.
+    total += full_layer
+    return float(batch * seq_len * total * dtype_bytes)

@@ -1,9 +1,7 @@
 """The contract between a task and the one training loop (zoo.train.loop)."""
 
 import abc
-import os
-import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import flax.linen as nn
 import jax
@@ -14,29 +12,9 @@ from zoo import paths
 from zoo.data.pipelines import batching
 
 Batch = dict[str, np.ndarray]
-
-
-def write_once(path: str, write: Callable[[str], None]) -> str:
-    """Returns `path`, first calling write(tmp) and renaming tmp to it if it does not exist yet:
-    a prepared data file (e.g. a synthetic split) is made once per cache, and an interrupted
-    write leaves no partial file that a later run would trust. `tmp` keeps the extension, for
-    writers that choose the format by it. In a bucket, `write` still gets a local file, and
-    the finished file is uploaded as one object (which appears whole or not at all)."""
-    if paths.is_remote(path):
-        if not paths.as_path(path).exists():
-            with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
-                local = os.path.join(tmp, paths.as_path(path).name)
-                write(local)
-                with open(local, "rb") as f:
-                    paths.write_atomic(path, f.read())
-        return path
-    if not os.path.exists(path):
-        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-        root, ext = os.path.splitext(path)
-        tmp = f"{root}.tmp-{os.getpid()}{ext}"
-        write(tmp)
-        os.replace(tmp, path)
-    return path
+# Moved to zoo.paths (zoo.data's synthetic caches use it, and zoo.data never imports zoo.tasks);
+# still importable from here for tasks written against it.
+write_once = paths.write_once
 
 
 def data_cache_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
@@ -129,7 +107,9 @@ class Task(abc.ABC):
         return self.config.data.batch_size * self.config.data.seq_len
 
     def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
-        """Activation memory of one device's micro-batch for the backward pass (dry run)."""
+        """Activation memory of one device's micro-batch for the backward pass (dry run): the
+        model family's activation_bytes (zoo/models/<family>.py, beside flops_per_token) given
+        this job's shapes; 0 = unknown."""
         return 0.0
 
     def flops_per_token(self) -> float:

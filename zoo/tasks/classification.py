@@ -1,5 +1,6 @@
 """Sentence and sentence-pair classification (GLUE-style) with BertForSequenceClassification,
-under the three fine-tuning strategies of seed 001 (config.finetune.strategy):
+under the three fine-tuning strategies of the lecture notes from NNLM to BERT
+(config.finetune.strategy):
 
 * 'full': every parameter trains (the BERT paper's fine-tuning).
 * 'frozen': the encoder is fixed (no gradient flows into it, no dropout in it, no optimizer
@@ -14,55 +15,23 @@ Evaluation: loss and accuracy, plus accuracy / F1 / Matthews correlation over th
 split, with <workdir>/predictions/predictions.tsv.
 """
 
-import os
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 from zoo import paths
 from zoo.data.pipelines import batching
 from zoo.data.readers import classification
-from zoo.data.synthetic import classification as synthetic_classification
 from zoo.errors import ConfigError
-from zoo.eval import classification as classification_eval
+from zoo.eval import classification_metrics
 from zoo.models import bert
 from zoo.tasks import bert_encoder
-from zoo.tasks.base import Batch, Task, write_once
-from zoo.train import dry_run
+from zoo.tasks.base import Batch, Task
 from zoo.train.losses import cross_entropy_sums
 
 STRATEGIES = ("full", "frozen", "features")
 _INPUTS = ("input_ids", "token_type_ids", "attention_mask")
-
-
-def _synthetic_file(data: ml_collections.ConfigDict, cache_dir: str, split: str) -> str:
-    """Writes the synthetic task's split as TSV (once) and returns its path."""
-    name = (f"classify-{data.synthetic_task}-seed{data.seed}-{data.synthetic_entities}-"
-            f"{split}.tsv")
-
-    def write(tmp):
-        splits = synthetic_classification.classification_splits(
-            data.seed, data.synthetic_task, data.synthetic_entities)
-        synthetic_classification.write_examples(tmp, splits[split])
-
-    return write_once(os.path.join(cache_dir, name), write)
-
-
-def load_examples(data: ml_collections.ConfigDict, split: str, cache_dir: str) -> list[dict]:
-    """Labelled examples of `split` ('train' | 'validation') from config.data.source."""
-    if data.source == "synthetic":
-        path = _synthetic_file(data, cache_dir, split)
-    elif data.source == "files":
-        key = "train_file" if split == "train" else "eval_file"
-        path = data[key]
-        if not path:
-            raise ConfigError(f"config.data.{key} is empty; give a GLUE-style .tsv or .jsonl file")
-    else:
-        raise ConfigError(f"config.data.source must be 'synthetic' or 'files', got {data.source!r}")
-    return classification.read_examples(path, text_a=data.text_a, text_b=data.text_b,
-                                        label=data.label)
 
 
 def score_and_write_predictions(workdir: str, examples: list[dict], labels: list[str],
@@ -72,7 +41,7 @@ def score_and_write_predictions(workdir: str, examples: list[dict], labels: list
     process 0 writes <workdir>/predictions/predictions.tsv (id, label, prediction). Shared by
     every classification task (BERT, GPT, frozen features)."""
     predicted = np.argmax(logits[:len(examples)], axis=-1)
-    metrics = classification_eval.classification_metrics(targets, predicted, len(labels))
+    metrics = classification_metrics.classification_metrics(targets, predicted, len(labels))
     if jax.process_index() == 0:
         rows = "".join(f"{ex['id']}\t{ex['label']}\t{labels[p]}\n"
                        for ex, p in zip(examples, predicted))
@@ -90,8 +59,8 @@ class ClassificationTask(Task):
                               f"{self.strategy!r}")
         data = config.data
         cache_dir = self.data_cache_dir()
-        train_examples = load_examples(data, "train", cache_dir)
-        self.eval_examples = load_examples(data, "validation", cache_dir)
+        train_examples = classification.load_split(data, "train", cache_dir)
+        self.eval_examples = classification.load_split(data, "validation", cache_dir)
         self.labels = classification.label_vocabulary(train_examples, data.labels)
         texts = [t for ex in train_examples for t in (ex["text_a"], ex["text_b"]) if t]
         self.tokenizer = bert_encoder.tokenizer(config, cache_dir, texts)
@@ -184,8 +153,8 @@ class ClassificationTask(Task):
 
     def baselines(self) -> dict[str, float]:
         """Accuracy of always predicting the training set's most frequent label."""
-        majority = np.bincount(self.train_rows["label"], minlength=len(self.labels)).argmax()
-        return {"majority_accuracy": 100.0 * float(np.mean(self.eval_rows["label"] == majority))}
+        return {"majority_accuracy": classification_metrics.majority_accuracy(
+            self.train_rows["label"], self.eval_rows["label"], len(self.labels))}
 
     # ---- data ------------------------------------------------------------------------------
 
@@ -215,8 +184,5 @@ class ClassificationTask(Task):
     def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
         if self.strategy != "full":
             return 0.0  # no backward pass through the encoder
-        cfg = self.model_config
-        return dry_run.transformer_activation_bytes(
-            per_device_batch, self.config.data.seq_len, cfg.hidden_size, cfg.num_heads,
-            cfg.num_layers, cfg.intermediate_size, jnp.dtype(cfg.dtype).itemsize, cfg.remat,
-            tensor_parallel, cfg.backend)
+        return bert.activation_bytes(self.model_config, per_device_batch,
+                                     self.config.data.seq_len, 0, tensor_parallel)

@@ -25,11 +25,12 @@ import numpy as np
 from zoo.data.readers import classification
 from zoo.data.readers import word2vec as w2v_data
 from zoo.errors import ConfigError, DataError
+from zoo.eval import classification_metrics
 from zoo.models import elmo
 from zoo.models import word2vec as w2v
 from zoo.tasks import elmo as elmo_task
 from zoo.tasks.base import Batch, Task
-from zoo.tasks.classification import load_examples, score_and_write_predictions
+from zoo.tasks.classification import score_and_write_predictions
 from zoo.train.losses import cross_entropy_sums
 
 _SUBTREE = {"elmo": "bilm", "word2vec": "embedding"}
@@ -62,7 +63,7 @@ class FeatureClassificationTask(Task):
                 "whose frozen features this task classifies")
         data, pretrained = config.data, config.pretrained
         cache_dir = self.data_cache_dir()
-        train_examples = load_examples(data, "train", cache_dir)
+        train_examples = classification.load_split(data, "train", cache_dir)
         # From the whole training set, so a subset below still has every class's index.
         self.labels = classification.label_vocabulary(train_examples, data.labels)
         if data.train_examples:
@@ -72,7 +73,7 @@ class FeatureClassificationTask(Task):
             # A seeded random N (files list examples in document order): a learning-curve point.
             keep = np.random.default_rng(data.seed).permutation(len(train_examples))
             train_examples = [train_examples[i] for i in np.sort(keep[:data.train_examples])]
-        self.eval_examples = load_examples(data, "validation", cache_dir)
+        self.eval_examples = classification.load_split(data, "validation", cache_dir)
         self.pair = train_examples[0]["text_b"] is not None
 
         documents = elmo_task.load_documents(pretrained, "train")
@@ -155,8 +156,8 @@ class FeatureClassificationTask(Task):
 
     def baselines(self) -> dict[str, float]:
         """Accuracy of always predicting the training set's most frequent label."""
-        majority = np.bincount(self.train_rows["label"], minlength=len(self.labels)).argmax()
-        return {"majority_accuracy": 100.0 * float(np.mean(self.eval_rows["label"] == majority))}
+        return {"majority_accuracy": classification_metrics.majority_accuracy(
+            self.train_rows["label"], self.eval_rows["label"], len(self.labels))}
 
     def tokens_per_batch(self) -> int:
         return self.config.data.batch_size * self.config.data.seq_len * (1 + self.pair)

@@ -28,7 +28,6 @@ GPT starts from scratch: the paper's "no pre-training" ablation.
 """
 
 import logging
-import os
 
 import jax.numpy as jnp
 import ml_collections
@@ -36,14 +35,15 @@ import numpy as np
 
 from zoo import paths
 from zoo.convert import gpt2 as gpt2_convert
-from zoo.data.readers import classification, multiple_choice
-from zoo.data.synthetic import multiple_choice as synthetic_multiple_choice
+from zoo.data.readers import classification, data_source, multiple_choice
 from zoo.data.tokenizers import base as tokenizers
 from zoo.errors import ConfigError, DataError
+from zoo.eval import classification_metrics
 from zoo.models import gpt, gpt_classifier
 from zoo.tasks import bert_encoder
-from zoo.tasks.base import Batch, Task, write_once
-from zoo.tasks.classification import load_examples, score_and_write_predictions
+from zoo.tasks.base import Batch, Task
+from zoo.tasks.classification import score_and_write_predictions
+from zoo.train import checkpoint
 from zoo.train.losses import cross_entropy_sums
 
 # GPTConfig fields a run chooses; the checkpoint fixes the rest.
@@ -151,22 +151,10 @@ def _workdir_tokenizer(workdir: str) -> str:
 def _checkpoint_shapes(workdir: str) -> dict[str, tuple[int, ...]]:
     """{'wte': (V, D), 'wpe': (P, D)} of a zoo GPT run's latest checkpoint ({} if unreadable:
     the restore itself then reports what does not fit)."""
-    import orbax.checkpoint as ocp
-    from etils import epath
-
-    from zoo.train.checkpoint import Checkpointer
-
-    source = Checkpointer(workdir)
-    step = source.latest_step()
-    source.close()
-    if step is None:
-        return {}
-    try:
-        tree = ocp.PyTreeCheckpointHandler().metadata(
-            epath.Path(source.directory) / str(step) / "state")["params"]
-        return {k: tuple(tree[k]["embedding"].shape) for k in ("wte", "wpe")}
-    except (KeyError, TypeError, ValueError, FileNotFoundError):
-        return {}
+    saved = checkpoint.latest_param_shapes(workdir)
+    keys = {k: f"['{k}']['embedding']" for k in ("wte", "wpe")}
+    return {k: saved[key] for k, key in keys.items()} if all(
+        key in saved for key in keys.values()) else {}
 
 
 class GPTClassificationTask(Task):
@@ -176,8 +164,9 @@ class GPTClassificationTask(Task):
         self.lm_weight = float(config.finetune.lm_weight)
         if self.lm_weight < 0:
             raise ConfigError(f"config.finetune.lm_weight must be >= 0, got {self.lm_weight}")
-        self.multiple_choice = (data.synthetic_task == _MULTIPLE_CHOICE
-                                if data.source == "synthetic" else bool(data.get("choices", "")))
+        synthetic = data_source.source_of(data, data_source.SOURCES[:2]) == data_source.SYNTHETIC
+        self.multiple_choice = (data.synthetic_task == _MULTIPLE_CHOICE if synthetic
+                                else bool(data.get("choices", "")))
         cache_dir = self.data_cache_dir()
         train_examples = self._load(data, "train", cache_dir)
         self.eval_examples = self._load(data, "validation", cache_dir)
@@ -211,25 +200,10 @@ class GPTClassificationTask(Task):
     # ---- data, tokenizer and model config --------------------------------------------------
 
     def _load(self, data, split: str, cache_dir: str) -> list[dict]:
-        """Labelled examples of `split` ('train' | 'validation'); the synthetic sets are
-        written to cache_dir once and read back through the same reader as users' files."""
-        if not self.multiple_choice:
-            return load_examples(data, split, cache_dir)
-        if data.source == "synthetic":
-            name = f"multiple_choice-seed{data.seed}-{data.synthetic_entities}-{split}.jsonl"
-            splits = lambda: synthetic_multiple_choice.multiple_choice_splits(
-                data.seed, data.synthetic_entities)
-            path = write_once(os.path.join(cache_dir, name),
-                              lambda tmp: multiple_choice.write_jsonl(tmp, splits()[split]))
-            return multiple_choice.read_examples(path, choices="options", context="context")
-        if data.source != "files":
-            raise ConfigError(f"config.data.source must be 'synthetic' or 'files', got "
-                              f"{data.source!r}")
-        key = "train_file" if split == "train" else "eval_file"
-        if not data[key]:
-            raise ConfigError(f"config.data.{key} is empty; give a .tsv or .jsonl file")
-        return multiple_choice.read_examples(data[key], choices=data.choices,
-                                             context=data.text_a, label=data.label)
+        """Labelled examples of `split` ('train' | 'validation'), through the reader of the
+        job's kind (multiple-choice or classification)."""
+        reader = multiple_choice if self.multiple_choice else classification
+        return reader.load_split(data, split, cache_dir)
 
     def _texts(self, examples) -> list[str]:
         if self.multiple_choice:
@@ -365,8 +339,8 @@ class GPTClassificationTask(Task):
 
     def baselines(self) -> dict[str, float]:
         """Accuracy of always predicting the training set's most frequent label."""
-        majority = np.bincount(self.train_rows["label"], minlength=len(self.labels)).argmax()
-        return {"majority_accuracy": 100.0 * float(np.mean(self.eval_rows["label"] == majority))}
+        return {"majority_accuracy": classification_metrics.majority_accuracy(
+            self.train_rows["label"], self.eval_rows["label"], len(self.labels))}
 
     def tokens_per_batch(self) -> int:
         options = len(self.labels) if self.multiple_choice else 1

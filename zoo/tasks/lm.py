@@ -15,7 +15,6 @@ from zoo.data.tokenizers.base import BOS_ID
 from zoo.errors import ConfigError
 from zoo.models import gpt
 from zoo.tasks.base import Batch, Task
-from zoo.train import dry_run
 from zoo.train.losses import cross_entropy_sums
 
 
@@ -66,33 +65,18 @@ class LanguageModelTask(Task):
         return {
             "loss": sums["loss_sum"] / weight,
             "accuracy": sums["correct_sum"] / weight,
-            # Perplexity as seed 002 defines it: exp of the mean per-token negative log-likelihood.
+            # Perplexity as the course slides on sequence generation define it: exp of the mean
+            # per-token negative log-likelihood.
             "perplexity": math.exp(min(nll, 50.0)),
             "tokens": sums["weight_sum"],
         }
 
     def flops_per_token(self) -> float:
-        """6N (forward 2N + backward 4N per token over the matmul weights, the tied output
-        projection included) + the attention scores and weighted values: 2 * 2 * T * d per layer
-        forward, x3 with backward, halved because a causal query sees on average half the keys."""
-        cfg = self.model_config
-        d, layers, t = cfg.embed_dim, cfg.num_layers, self.config.data.seq_len
-        per_layer = 4 * d * d + 2 * d * cfg.mlp_dim  # q, k, v, out + the two FFN matrices
-        n = layers * per_layer + cfg.vocab_size * d
-        attention = 3 * 2 * 2 * t * d * layers / 2
-        return 6.0 * n + attention
+        return gpt.flops_per_token(self.model_config, self.config.data.seq_len)
 
     def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
-        cfg = self.model_config
-        seq = self.config.data.seq_len
-        stack = dry_run.transformer_activation_bytes(
-            per_device_batch, seq, cfg.embed_dim, cfg.num_heads, cfg.num_layers, cfg.mlp_dim,
-            jnp.dtype(cfg.dtype).itemsize, cfg.remat, tensor_parallel, cfg.backend)
-        # float32 [B, T, V] buffers, split over vocab by tensor parallelism: two live at once
-        # (zoo.train.losses: the logits and exp(logits - max), then that and the logits'
-        # gradient, then the gradient and its transpose for the tied embedding's)
-        logits = 2 * per_device_batch * seq * cfg.vocab_size * 4 / tensor_parallel
-        return stack + logits
+        return gpt.activation_bytes(self.model_config, per_device_batch,
+                                    self.config.data.seq_len, tensor_parallel)
 
     def sample_decoder(self, params, batch: int, max_len: int) -> decoding.Decoder:
         """The zoo.decoding.Decoder `samples` draws from, for `batch` sequences of up to

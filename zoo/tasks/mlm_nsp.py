@@ -1,4 +1,5 @@
-"""BERT pretraining: masked language modelling + next-sentence prediction (BERT paper, seed 001).
+"""BERT pretraining: masked language modelling + next-sentence prediction (the BERT paper, and
+the BERT section of the lecture notes from NNLM to BERT).
 
 The objective is BERT's: mean MLM loss over the masked positions + mean NSP loss over the
 examples. As a ratio of sums (what the train step divides) it is
@@ -17,7 +18,6 @@ import numpy as np
 from zoo.data.pipelines import pretraining_batches, pretraining_data, run_order
 from zoo.models import bert
 from zoo.tasks.base import Batch, Task
-from zoo.train import dry_run
 from zoo.train.losses import cross_entropy_sums
 
 
@@ -102,14 +102,9 @@ class PretrainingTask(Task):
                                     self.config.data.max_predictions_per_seq)
 
     def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
-        cfg = self.model_config
-        stack = dry_run.transformer_activation_bytes(
-            per_device_batch, self.config.data.seq_len, cfg.hidden_size, cfg.num_heads,
-            cfg.num_layers, cfg.intermediate_size, jnp.dtype(cfg.dtype).itemsize, cfg.remat,
-            tensor_parallel, cfg.backend)
-        predictions = per_device_batch * self.config.data.max_predictions_per_seq
-        # float32 logits, log-softmax and the logits' gradient at the masked positions
-        return stack + 3 * predictions * cfg.vocab_size * 4 / tensor_parallel
+        return bert.activation_bytes(self.model_config, per_device_batch,
+                                     self.config.data.seq_len,
+                                     self.config.data.max_predictions_per_seq, tensor_parallel)
 
     def baselines(self) -> dict[str, float]:
         """Accuracy of always answering the most frequent label of the eval set: what a model

@@ -28,14 +28,8 @@ class NNLMTask(LanguageModelTask):
         return nnlm.flops_per_token(self.model_config)
 
     def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
-        cfg = self.model_config
-        tokens = per_device_batch * self.config.data.seq_len
-        item = jnp.dtype(cfg.dtype).itemsize
-        # Kept for the backward pass: x (n-1 slots of m), the tanh output (split like H's
-        # columns), and the float32 logits with their softmax (split over vocab).
-        return tokens * (cfg.context * cfg.embed_dim * item
-                         + cfg.hidden_dim * item / tensor_parallel
-                         + 2 * cfg.vocab_size * 4 / tensor_parallel)
+        return nnlm.activation_bytes(self.model_config, per_device_batch,
+                                     self.config.data.seq_len, tensor_parallel)
 
     def sample_decoder(self, params, batch: int, max_len: int) -> decoding.Decoder:
         """Sampling's decoding state is the window of the last n-1 tokens (see WindowStep); no length limit."""

@@ -4,7 +4,6 @@ loss and perplexity, so their perplexities compare with GPT's and the NNLM's on 
 import dataclasses
 
 import jax
-import jax.numpy as jnp
 
 from zoo import decoding
 from zoo.models import rnnlm
@@ -29,18 +28,8 @@ class RNNLanguageModelTask(LanguageModelTask):
         return rnnlm.flops_per_token(self.model_config)
 
     def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
-        """A rough count of what the scan keeps for the backward pass, per token: the embedding,
-        and per layer the gate pre-activations (G x H, compute dtype), the float32 gates and
-        carries the step's backward needs (about 2G + 2 float32 vectors of H: gates, their
-        nonlinear outputs, c and h) and the layer output (H); then the float32 logits and their
-        softmax. Hidden units and vocab are split by tensor parallelism."""
-        cfg = self.model_config
-        tokens = per_device_batch * self.config.data.seq_len
-        item = jnp.dtype(cfg.dtype).itemsize
-        g, h = rnnlm.num_gates(cfg.cell), cfg.hidden_size
-        per_layer = (g * h * item + (2 * g + 2) * h * 4 + h * item) / tensor_parallel
-        return tokens * (cfg.embed_dim * item + cfg.num_layers * per_layer
-                         + 2 * cfg.vocab_size * 4 / tensor_parallel)
+        return rnnlm.activation_bytes(self.model_config, per_device_batch,
+                                      self.config.data.seq_len, tensor_parallel)
 
     def sample_decoder(self, params, batch: int, max_len: int) -> decoding.Decoder:
         """Sampling's decoding state is each layer's carry (see CarryStep); no length limit."""

@@ -7,59 +7,40 @@ predictions.json / nbest_predictions.json / null_odds.json written to <workdir>/
 """
 
 import json
-import os
 
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
 from zoo import paths
-from zoo.data.pipelines import pretraining_data, squad_prepared
-from zoo.data.readers import squad
-from zoo.data.synthetic import squad as synthetic_squad
+from zoo.data.pipelines import squad_prepared
+from zoo.data.readers import data_source, squad
 from zoo.data.tokenizers import prepared as saved_tokenizer
 from zoo.errors import ConfigError, MissingFileError
-from zoo.eval import squad as squad_eval
+from zoo.eval import squad_metrics, squad_postprocess
 from zoo.models import bert
 from zoo.tasks import bert_encoder
-from zoo.tasks.base import Batch, Task, data_cache_dir, write_once
-from zoo.train import dry_run
+from zoo.tasks.base import Batch, Task, data_cache_dir
 from zoo.train.losses import cross_entropy_sums
 
 _INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
 
-def _synthetic_file(data: ml_collections.ConfigDict, cache_dir: str, split: str) -> str:
-    """Writes the synthetic world's SQuAD split as official JSON (once) and returns its path,
-    so the synthetic set goes through the same loader as a user's files."""
-    name = f"squad-v{data.version}-seed{data.seed}-{data.synthetic_entities}-{split}.json"
-
-    def write(tmp):
-        splits = synthetic_squad.squad_splits(data.seed, data.version, data.synthetic_entities)
-        synthetic_squad.write_squad_json(tmp, splits[split])
-
-    return write_once(os.path.join(cache_dir, name), write)
-
-
-def load_examples(data: ml_collections.ConfigDict, split: str, cache_dir: str) -> list[dict]:
-    """Examples of `split` ('train' | 'validation') from config.data.source."""
-    if data.source == "synthetic":
-        return squad.load_squad(_synthetic_file(data, cache_dir, split))
-    if data.source == "json":
-        path = data.train_file if split == "train" else data.eval_file
-        if not path:
-            key = "train_file" if split == "train" else "eval_file"
-            raise ConfigError(f"config.data.{key} is empty; give a SQuAD JSON file")
-        return squad.load_squad(path)
-    if data.source == "tfds":
-        return squad.load_squad(f"squad/v{data.version}", split, data_dir=data.tfds_data_dir)
-    raise ConfigError(
-        f"config.data.source must be 'synthetic', 'json' or 'tfds', got {data.source!r}")
-
-
 # What shapes prepared features, as config.data keys: a prepared directory must match them all.
 _PREPARED_KEYS = ("source", "version", "seed", "synthetic_entities", "train_file", "eval_file",
                   "seq_len", "doc_stride", "max_query_length")
+
+
+def _prepared_settings(data: ml_collections.ConfigDict) -> dict:
+    """The _PREPARED_KEYS of config.data, the source in today's spelling."""
+    return dict({k: data[k] for k in _PREPARED_KEYS}, source=data_source.source_of(data))
+
+
+def _same_setting(key: str, prepared, wanted) -> bool:
+    # A directory prepared when SQuAD's own files were spelled 'json' still serves 'files'.
+    if key == "source" and isinstance(prepared, str):
+        return data_source.same_source(prepared, wanted)
+    return prepared == wanted
 
 
 def _tokenizer_file(config: ml_collections.ConfigDict, cache_dir: str) -> tuple[str, bytes]:
@@ -88,7 +69,7 @@ def prepare_data(config: ml_collections.ConfigDict, workdir: str, directory: str
     root = paths.as_path(directory)
     name, content = _tokenizer_file(config, cache_dir)
     saved_tokenizer.save(root / "tokenizer", name, content, data.get("lowercase", True))
-    settings = {k: data[k] for k in _PREPARED_KEYS}
+    settings = _prepared_settings(data)
     return squad_prepared.write(root, settings, train, eval_features, eval_examples)
 
 
@@ -97,8 +78,8 @@ def _featurize(config: ml_collections.ConfigDict, cache_dir: str):
     tokenizer from the train contexts and questions (bert_encoder.tokenizer), both splits
     featurized with labels (the eval windows are identical either way; labels give eval loss)."""
     data = config.data
-    train_examples = load_examples(data, "train", cache_dir)
-    eval_examples = load_examples(data, "validation", cache_dir)
+    train_examples = squad.load_split(data, "train", cache_dir)
+    eval_examples = squad.load_split(data, "validation", cache_dir)
     texts = (sorted({ex["context"] for ex in train_examples})
              + [ex["question"] for ex in train_examples])
     tokenizer = bert_encoder.tokenizer(config, cache_dir, texts)
@@ -116,14 +97,15 @@ def _open_prepared(data: ml_collections.ConfigDict):
             f"({root / squad_prepared.SETTINGS} is missing); run `python -m "
             "zoo.commands.prepare` with this config first (or set config.data.prepared_dir='')")
     settings, train, validation, examples = squad_prepared.read(root)
+    want = _prepared_settings(data)
     differ = [f"config.data.{k}={data[k]!r} (prepared with {settings.get(k)!r})"
-              for k in _PREPARED_KEYS if settings.get(k) != data[k]]
+              for k in _PREPARED_KEYS if not _same_setting(k, settings.get(k), want[k])]
     if differ:
         raise ConfigError(
             f"config.data.prepared_dir={data.prepared_dir!r} was prepared with other settings: "
             f"{'; '.join(differ)}. Set those keys as prepared, or prepare again into another "
             "directory with this config")
-    pretraining_data.check_tokenizer(data, root / "tokenizer")
+    saved_tokenizer.check_given(data, root / "tokenizer")
     return saved_tokenizer.load(root / "tokenizer"), train, validation, examples
 
 
@@ -187,15 +169,15 @@ class SquadTask(Task):
         """Official EM/F1 of the eval split from the window logits; writes the official files."""
         n = len(self.eval_features["input_ids"])
         version_2 = self.config.data.version == "2.0"
-        predictions, nbest, null_odds = squad_eval.postprocess(
+        predictions, nbest, null_odds = squad_postprocess.postprocess(
             self.eval_examples, self.eval_features, outputs["start_logits"][:n],
             outputs["end_logits"][:n], n_best_size=self.config.eval.n_best_size,
             max_answer_length=self.config.eval.max_answer_length, version_2=version_2,
             null_score_diff_threshold=self.config.eval.null_score_diff_threshold)
         dataset = _as_dataset(self.eval_examples)
-        metrics = squad_eval.evaluate(dataset, predictions, na_probs=null_odds if version_2
+        metrics = squad_metrics.evaluate(dataset, predictions, na_probs=null_odds if version_2
                                       else None, version="2.0" if version_2 else "1.1")
-        squad_eval.write_predictions(paths.join(self.workdir, "predictions"), predictions,
+        squad_postprocess.write_predictions(paths.join(self.workdir, "predictions"), predictions,
                                      nbest, null_odds if version_2 else None)
         paths.write_atomic(paths.join(self.workdir, "predictions", "metrics.json"),
                            json.dumps(metrics, indent=2))
@@ -208,11 +190,8 @@ class SquadTask(Task):
         return bert.flops_per_token(self.model_config, self.config.data.seq_len, 0)
 
     def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
-        cfg = self.model_config
-        return dry_run.transformer_activation_bytes(
-            per_device_batch, self.config.data.seq_len, cfg.hidden_size, cfg.num_heads,
-            cfg.num_layers, cfg.intermediate_size, jnp.dtype(cfg.dtype).itemsize, cfg.remat,
-            tensor_parallel, cfg.backend)
+        return bert.activation_bytes(self.model_config, per_device_batch,
+                                     self.config.data.seq_len, 0, tensor_parallel)
 
 
 def _as_dataset(examples: list[dict]) -> list[dict]:

@@ -13,7 +13,6 @@ dataset (wmt14_translate/de-en, wmt_t2t_translate/de-en) prepared in a local dat
 """
 
 import json
-import os
 
 import jax
 import jax.numpy as jnp
@@ -23,54 +22,16 @@ import numpy as np
 from zoo import decoding, paths
 from zoo.data.pipelines import batching
 from zoo.data.readers import parallel
-from zoo.data.synthetic import translation as synthetic_translation
 from zoo.data.tokenizers import base as tokenizers
 from zoo.errors import ConfigError
 from zoo.eval import bleu, rouge
 from zoo.models import transformer
-from zoo.tasks.base import Batch, Task, write_once
-from zoo.train import dry_run
+from zoo.nn.transformer import stack_activation_bytes
+from zoo.tasks.base import Batch, Task
 from zoo.train.losses import cross_entropy_sums
 
 _TRAIN_KEYS = ("source_ids", "target_input_ids", "target_ids", "target_weights")
 _DECODE_METHODS = ("greedy", "beam")
-
-
-def _synthetic_file(data: ml_collections.ConfigDict, cache_dir: str, split: str) -> str:
-    """Writes the synthetic task's split as a TSV file (once) and returns its path."""
-    operations = "".join(data.synthetic_operations)
-    name = (f"arith-seed{data.seed}-{data.synthetic_pairs}-max{data.synthetic_max_operand}-"
-            f"{operations.replace('/', 'd').replace('*', 'x')}-{split}.tsv")
-
-    def write(tmp):
-        splits = synthetic_translation.translation_splits(
-            data.seed, data.synthetic_pairs, data.synthetic_max_operand,
-            tuple(data.synthetic_operations))
-        parallel.write_parallel_tsv(tmp, splits[split])
-
-    return write_once(os.path.join(cache_dir, name), write)
-
-
-def load_pairs(data: ml_collections.ConfigDict, split: str, cache_dir: str
-               ) -> list[tuple[str, str]]:
-    """(source, target) pairs of `split` ('train' | 'validation') from config.data.source."""
-    if data.source == "synthetic":
-        return parallel.read_parallel(_synthetic_file(data, cache_dir, split))
-    if data.source == "files":
-        prefix = "train" if split == "train" else "eval"
-        path = data[f"{prefix}_file"]
-        if not path:
-            raise ConfigError(f"config.data.{prefix}_file is empty; give a TSV of source<TAB>"
-                              f"target lines, or the source side with config.data."
-                              f"{prefix}_target_file")
-        return parallel.read_parallel(path, target_file=data[f"{prefix}_target_file"])
-    if data.source == "tfds":
-        key = "tfds_train_split" if split == "train" else "tfds_validation_split"
-        return parallel.read_parallel_tfds(
-            data.tfds_name, data[key], data.tfds_data_dir, source_lang=data.source_lang,
-            target_lang=data.target_lang, max_records=data.tfds_max_records)
-    raise ConfigError(f"config.data.source must be 'synthetic', 'files' or 'tfds', got "
-                      f"{data.source!r}")
 
 
 class TranslationTask(Task):
@@ -81,8 +42,8 @@ class TranslationTask(Task):
             raise ConfigError(f"config.eval.decode must be one of {_DECODE_METHODS}, got "
                               f"{config.eval.decode!r}")
         cache_dir = self.data_cache_dir()
-        train_pairs = load_pairs(data, "train", cache_dir)
-        self.eval_pairs = load_pairs(data, "validation", cache_dir)
+        train_pairs = parallel.load_split(data, "train", cache_dir)
+        self.eval_pairs = parallel.load_split(data, "validation", cache_dir)
         # One joint vocabulary for both languages (the paper's shared BPE).
         self.tokenizer = tokenizers.from_config(
             data, cache_dir, [list(parallel.joint_tokenizer_texts(train_pairs))])
@@ -233,11 +194,11 @@ class TranslationTask(Task):
         itemsize = jnp.dtype(cfg.dtype).itemsize
         # The encoder over the source and the decoder over the target, each as a layer stack
         # (the decoder's cross-attention is counted as a second self-attention of its size).
-        encoder = dry_run.transformer_activation_bytes(
+        encoder = stack_activation_bytes(
             per_device_batch, data.source_len, cfg.hidden_size, cfg.num_heads,
             cfg.num_encoder_layers, cfg.mlp_dim, itemsize, cfg.remat, tensor_parallel,
             cfg.backend)
-        decoder = dry_run.transformer_activation_bytes(
+        decoder = stack_activation_bytes(
             per_device_batch, data.target_len, cfg.hidden_size, cfg.num_heads,
             2 * cfg.num_decoder_layers, cfg.mlp_dim, itemsize, cfg.remat, tensor_parallel,
             cfg.backend)

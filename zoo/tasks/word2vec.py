@@ -1,5 +1,6 @@
 """word2vec (CBOW / skip-gram with negative sampling) on a text corpus; the kept `embedding`
-table is the product (seed 001), queried and exported by
+table is the product (the lecture notes from NNLM to BERT: the context table is discarded),
+queried and exported by
 `python -m zoo.commands.word2vec_query`.
 
 Eval reports the negative-sampling loss on held-out pairs (drawn from the validation split as
@@ -21,7 +22,7 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
-from zoo.data.readers import sources
+from zoo.data.readers import data_source, sources
 from zoo.data.readers import word2vec as w2v_data
 from zoo.data.synthetic.world import ENTITY_TYPES, make_world
 from zoo.errors import ConfigError
@@ -86,7 +87,7 @@ class Word2VecTask(Task):
     def _probes(self) -> tuple[np.ndarray, np.ndarray]:
         """Vocabulary ids of the synthetic world's entity words and their type indices."""
         data = self.config.data
-        if data.source != "synthetic":
+        if data_source.source_of(data) != data_source.SYNTHETIC:
             return np.zeros(0, np.int32), np.zeros(0, np.int32)
         types = tuple(self.config.eval.purity_types)
         unknown = [t for t in types if t not in ENTITY_TYPES]

@@ -123,6 +123,20 @@ def existing(workdir: str) -> "Checkpointer | None":
     return checkpointer
 
 
+def latest_param_shapes(workdir: str) -> dict[str, tuple]:
+    """{keystr path: shape} of the params in `workdir`'s latest checkpoint, from its metadata
+    (no array read, no directory made); {} without a readable one (the restore says why)."""
+    checkpointer = existing(workdir)
+    if checkpointer is None:
+        return {}
+    try:
+        return _shapes(checkpointer._saved_tree(checkpointer.latest_step())["params"])
+    except (KeyError, TypeError, ValueError, FileNotFoundError):
+        return {}
+    finally:
+        checkpointer.close()
+
+
 class Checkpointer:
     """One directory of step checkpoints.
 
@@ -329,10 +343,6 @@ class Checkpointer:
         return ocp.StandardCheckpointHandler().metadata(
             epath.Path(self._step_directory(step)) / "state").tree
 
-    def _saved_param_shapes(self, step: int) -> dict[str, tuple]:
-        """{keystr path: shape} of the params saved at `step`, from the metadata alone."""
-        return _shapes(self._saved_tree(step)["params"])
-
     def _check_fits(self, step: int, target) -> None:
         """CheckpointMismatchError unless the saved train state has `target`'s fields and its
         params have target.params' names and shapes (from the metadata: no array is read)."""
@@ -424,7 +434,7 @@ class Checkpointer:
                                    "from; point it at the workdir of a finished run")
         wanted = _shapes(target_params)
         try:
-            saved = self._saved_param_shapes(step)
+            saved = _shapes(self._saved_tree(step)["params"])
         except Exception as e:  # noqa: BLE001 -- orbax/tensorstore raise bare Exception
             raise DataError(f"{where}: the checkpoint step {step} in {self.directory} cannot be "
                             f"read ({first_line(e)}); point it at the workdir of a finished "

@@ -63,7 +63,7 @@ def test_markers_are_listed_in_pages_of_names(gcs_knobs, gcs_bucket):
 def _text_data(corpus, tmp_path, **overrides):
     text_files.write_text_corpus(tmp_path / "train.txt", corpus["train"])
     data = bert_pretrain.get_config("size=tiny").data
-    data.update(source="text", train_files=str(tmp_path / "train.txt"), vocab_size=200,
+    data.update(source="files", train_files=str(tmp_path / "train.txt"), vocab_size=200,
                 **overrides)
     return data
 

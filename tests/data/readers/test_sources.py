@@ -273,7 +273,7 @@ def test_text_source_reads_globbed_files_in_sorted_order(tmp_path):
     text_files.write_text_corpus(tmp_path / "b.txt", [["B one.", "B two."]])
     text_files.write_text_corpus(tmp_path / "a1.txt", [["A one."], ["A two.", "A three."]])
     text_files.write_text_corpus(tmp_path / "eval.txt", [["Ünïcode eval."]])
-    cfg = _cfg(source="text", train_files=f"{tmp_path}/b.txt, {tmp_path}/a*.txt",
+    cfg = _cfg(source="files", train_files=f"{tmp_path}/b.txt, {tmp_path}/a*.txt",
                eval_files=str(tmp_path / "eval.txt"))
     assert sources.load_documents(cfg, "train") == [
         ["A one."], ["A two.", "A three."], ["B one.", "B two."]]
@@ -290,7 +290,7 @@ def test_text_source_reads_directories_of_files(tmp_path):
     text_files.write_text_corpus(corpus / "top.txt", [["Top level."]])
     (corpus / ".cache" / "junk").write_bytes(b"\xff\xfe not text")  # hidden: never read
     (corpus / ".hidden.txt").write_bytes(b"\xff")
-    cfg = _cfg(source="text", train_files=str(corpus), eval_files=str(corpus / "top.txt"))
+    cfg = _cfg(source="files", train_files=str(corpus), eval_files=str(corpus / "top.txt"))
     assert sources.load_documents(cfg, "train") == [
         ["First file.", "Still first."], ["Second file."], ["Top level."]]
 
@@ -298,7 +298,7 @@ def test_text_source_reads_directories_of_files(tmp_path):
 @pytest.mark.parametrize("split, key", [("train", "config.data.train_files"),
                                         ("test", "config.data.eval_files")])
 def test_text_source_without_files_names_the_config_key(tmp_path, split, key):
-    cfg = _cfg(source="text", train_files=f"{tmp_path}/*.txt", eval_files="")
+    cfg = _cfg(source="files", train_files=f"{tmp_path}/*.txt", eval_files="")
     with pytest.raises(FileNotFoundError, match=key):
         sources.load_documents(cfg, split)
 
@@ -313,7 +313,7 @@ def test_synthetic_default_gives_the_seeded_corpus_splits():
 
 
 @pytest.mark.parametrize("overrides, split, match", [
-    (dict(source="hub"), "train", "'synthetic', 'text' or 'tfds'"),
+    (dict(source="hub"), "train", "'synthetic', 'files' or 'tfds'"),
     (dict(source="synthetic"), "dev", "split must be one of"),
 ])
 def test_bad_source_or_split_is_rejected(overrides, split, match):

@@ -53,3 +53,19 @@ def test_read_rejects_empty_file(tmp_path, content):
 def test_write_rejects_documents_that_would_not_round_trip(tmp_path, bad):
     with pytest.raises(ValueError, match=r"documents\[0\]"):
         text_files.write_text_corpus(tmp_path / "x.txt", bad)
+
+
+# The one JSON Lines loop (classification and multiple-choice readers): a bad line reads the
+# same in both, blank lines are skipped and line numbers count them.
+@pytest.mark.parametrize("text, match", [
+    ('{"a": 1}\n{"a": \n', r"f\.jsonl:2:\d+: invalid JSON: .*one JSON object per line"),
+    ('{"a": 1}\n\n[1, 2]\n', r"f\.jsonl:3: a JSON list, not an object; .*not one array of them"),
+])
+def test_json_lines_name_the_file_and_line_of_a_bad_record(text, match):
+    with pytest.raises(ValueError, match=match):
+        list(text_files.json_lines("f.jsonl", text))
+
+
+def test_json_lines_skip_blank_lines_and_keep_numbers():
+    text = '{"a": 1}\n\n  \n{"a": "ü"}\r\n'
+    assert list(text_files.json_lines("f.jsonl", text)) == [(1, {"a": 1}), (4, {"a": "ü"})]

@@ -147,18 +147,6 @@ def _train_tokenizer(data, train_pieces, report) -> tuple[str, bytes, dict]:
                            "sentences": len(drawn.sentences), "corpus_sentences": drawn.seen}
 
 
-def check_tokenizer(data: ml_collections.ConfigDict, directory) -> None:
-    """A config.data.tokenizer that is not the one the data was prepared with: a ConfigError."""
-    if not data.get("tokenizer", ""):
-        return
-    prepared, given = saved_tokenizer.file_of(directory), as_path(data.tokenizer)
-    if not given.is_file() or given.read_bytes() != prepared.read_bytes():
-        raise ConfigError(
-            f"config.data.tokenizer={data.tokenizer!r} is not the tokenizer "
-            f"{data.prepared_dir} was prepared with ({prepared}); set config.data.tokenizer='' "
-            "to use the prepared one, or prepare again")
-
-
 def open_prepared(data: ml_collections.ConfigDict) -> PretrainingData:
     """The tokenizer and examples the prepare command wrote into config.data.prepared_dir,
     checked against config.data: a setting that differs is a ConfigError naming its key."""
@@ -180,6 +168,6 @@ def open_prepared(data: ml_collections.ConfigDict) -> PretrainingData:
                 f"config.data.prepared_dir={data.prepared_dir!r} was prepared with other "
                 f"settings: {'; '.join(differ)}. Set those keys as prepared, or prepare again "
                 "into another directory with this config")
-    check_tokenizer(data, root / TOKENIZER_DIR)
+    saved_tokenizer.check_given(data, root / TOKENIZER_DIR)
     tokenizer = saved_tokenizer.load(root / TOKENIZER_DIR)
     return PretrainingData(tokenizer, found["train"], found["validation"])

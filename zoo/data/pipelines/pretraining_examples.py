@@ -1,8 +1,9 @@
 """BERT pretraining examples: sentence pairs for next-sentence prediction and masked-LM targets.
 
-Follows google-research/bert's create_pretraining_data.py (seeds 000/001: 15% of the tokens are
-predicted, of those 80% -> [MASK], 10% -> a random token, 10% unchanged; [CLS] A [SEP] B [SEP]
-with B the real continuation half of the time):
+Follows google-research/bert's create_pretraining_data.py (as the BERT sections of the Wenzhou
+University Transformer lecture and of the lecture notes from NNLM to BERT give it: 15% of the
+tokens are predicted, of those 80% -> [MASK], 10% -> a random token, 10% unchanged;
+[CLS] A [SEP] B [SEP] with B the real continuation half of the time):
 
   * documents are lists of tokenized sentences; sentences accumulate into a chunk up to a target
     length (max_seq_length - 3, or with probability short_seq_prob a random shorter one), the

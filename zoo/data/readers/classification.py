@@ -23,14 +23,15 @@ warning, as run_squad skips answers it cannot find.
 from __future__ import annotations
 
 import csv
-import json
 import logging
 import os
 from collections.abc import Sequence
 
+import ml_collections
 import numpy as np
 
-from zoo.data.readers import text_files
+from zoo.data.readers import data_source, text_files
+from zoo.data.synthetic import classification as synthetic_classification
 from zoo.errors import ConfigError, DataError
 
 _log = logging.getLogger(__name__)
@@ -157,19 +158,7 @@ def _json_label(path: str, line: int, obj: dict, key: str, require_labels: bool)
 def _jsonl_records(path: str, text: str, text_a: str, text_b: str, label: str,
                    require_labels: bool):
     columns = None
-    for line, raw in enumerate(text_files.split_lines(text), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}:{line}:{e.colno}: invalid JSON: {e.msg}; a JSON Lines file "
-                            "holds one JSON object per line") from None
-        if not isinstance(obj, dict):
-            # A bad file, not a bad argument: ValueError like every other input error.
-            raise DataError(  # noqa: TRY004
-                f"{path}:{line}: a JSON {type(obj).__name__}, not an object; a JSON "
-                "Lines file holds one object per line (not one array of them)")
+    for line, obj in text_files.json_lines(path, text):
         if columns is None:  # the first record's keys name the fields of every record
             columns = _resolve_columns(path, line, list(obj), text_a, text_b, label,
                                        require_labels, "key")
@@ -248,6 +237,25 @@ def read_examples(path: str | os.PathLike, *, text_a: str = "", text_b: str = ""
         raise DataError(f"{path}: no examples ({total} rows read, {len(empty)} with an empty "
                         "first text); the file needs at least one row after the header")
     return examples
+
+
+def load_split(data: ml_collections.ConfigDict, split: str, cache_dir: str) -> list[dict]:
+    """Labelled examples of `split` ('train' | 'validation') from config.data.source: the
+    synthetic world's config.data.synthetic_task (written once into cache_dir as TSV), or the
+    GLUE-style file config.data.train_file / eval_file names."""
+    def synthetic():
+        stem = f"classify-{data.synthetic_task}-seed{data.seed}-{data.synthetic_entities}"
+        return data_source.synthetic_file(
+            cache_dir, stem, split, ".tsv",
+            lambda: synthetic_classification.classification_splits(
+                data.seed, data.synthetic_task, data.synthetic_entities),
+            synthetic_classification.write_examples)
+
+    def files():
+        return data_source.split_file(data, split, "a GLUE-style .tsv or .jsonl file")
+
+    path = data_source.load_split(data, synthetic=synthetic, files=files)
+    return read_examples(path, text_a=data.text_a, text_b=data.text_b, label=data.label)
 
 
 def label_vocabulary(examples: Sequence[dict], labels: str | Sequence[str] = ""

@@ -19,7 +19,10 @@ import csv
 import json
 import os
 
-from zoo.data.readers import text_files
+import ml_collections
+
+from zoo.data.readers import data_source, text_files
+from zoo.data.synthetic import multiple_choice as synthetic_multiple_choice
 from zoo.errors import ConfigError, DataError
 
 CONTEXT_COLUMNS = ("context", "premise", "question", "sentence", "text", "startphrase")
@@ -80,17 +83,7 @@ def _tsv(path: str, text: str, context: str, choices: list[str], label: str):
 
 def _jsonl(path: str, text: str, context: str, choices: list[str], label: str):
     key = None
-    for line, raw in enumerate(text_files.split_lines(text), start=1):
-        if not raw.strip():
-            continue
-        try:
-            obj = json.loads(raw)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}:{line}:{e.colno}: invalid JSON: {e.msg}; a JSON Lines "
-                            "file holds one object per line") from None
-        if not isinstance(obj, dict):
-            raise DataError(  # noqa: TRY004  (a bad file, not a bad argument)
-                f"{path}:{line}: a JSON {type(obj).__name__}, not an object")
+    for line, obj in text_files.json_lines(path, text):
         if key is None:
             key = _context_key(path, line, list(obj), context)
         missing = [k for k in [key, *choices, label] if k not in obj]
@@ -152,6 +145,25 @@ def read_examples(path: str | os.PathLike, *, choices: str, context: str = "",
     if not examples:
         raise DataError(f"{path}: no examples; the file needs at least one row")
     return examples
+
+
+def load_split(data: ml_collections.ConfigDict, split: str, cache_dir: str) -> list[dict]:
+    """Multiple-choice examples of `split` ('train' | 'validation') from config.data.source:
+    the synthetic fact_check options (written once into cache_dir as JSON Lines), or the file
+    config.data.train_file / eval_file names (options config.data.choices, context
+    config.data.text_a, label config.data.label)."""
+    def synthetic():
+        path = data_source.synthetic_file(
+            cache_dir, f"multiple_choice-seed{data.seed}-{data.synthetic_entities}", split,
+            ".jsonl", lambda: synthetic_multiple_choice.multiple_choice_splits(
+                data.seed, data.synthetic_entities), write_jsonl)
+        return read_examples(path, choices="options", context="context")
+
+    def files():
+        return read_examples(data_source.split_file(data, split, "a .tsv or .jsonl file"),
+                             choices=data.choices, context=data.text_a, label=data.label)
+
+    return data_source.load_split(data, synthetic=synthetic, files=files)
 
 
 def write_jsonl(path: str, examples: list[dict]) -> None:

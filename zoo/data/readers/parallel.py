@@ -23,9 +23,11 @@ import logging
 import os
 from collections.abc import Iterable, Iterator, Sequence
 
+import ml_collections
 import numpy as np
 
-from zoo.data.readers import text_files
+from zoo.data.readers import data_source, text_files
+from zoo.data.synthetic import translation as synthetic_translation
 from zoo.errors import ConfigError, DataError
 
 _log = logging.getLogger(__name__)
@@ -121,6 +123,39 @@ def read_parallel(source: str | os.PathLike, *, target_file: str | os.PathLike =
         raise DataError(f"{where}: no sentence pairs ({total} lines, all with an empty source "
                         "or target)")
     return pairs
+
+
+def load_split(data: ml_collections.ConfigDict, split: str, cache_dir: str
+               ) -> list[tuple[str, str]]:
+    """(source, target) pairs of `split` ('train' | 'validation') from config.data.source: the
+    synthetic arithmetic task (written once into cache_dir as TSV), config.data.train_file /
+    eval_file (a TSV, or the source side with train_target_file / eval_target_file), or the
+    TFDS dataset config.data.tfds_name."""
+    def synthetic():
+        operations = "".join(data.synthetic_operations)
+        stem = (f"arith-seed{data.seed}-{data.synthetic_pairs}-max{data.synthetic_max_operand}-"
+                f"{operations.replace('/', 'd').replace('*', 'x')}")
+        return read_parallel(data_source.synthetic_file(
+            cache_dir, stem, split, ".tsv",
+            lambda: synthetic_translation.translation_splits(
+                data.seed, data.synthetic_pairs, data.synthetic_max_operand,
+                tuple(data.synthetic_operations)),
+            write_parallel_tsv))
+
+    def files():
+        prefix = "train" if split == "train" else "eval"
+        path = data_source.split_file(
+            data, split, f"a TSV of source<TAB>target lines, or the source side with "
+            f"config.data.{prefix}_target_file")
+        return read_parallel(path, target_file=data[f"{prefix}_target_file"])
+
+    def tfds():
+        key = "tfds_train_split" if split == "train" else "tfds_validation_split"
+        return read_parallel_tfds(data.tfds_name, data[key], data.tfds_data_dir,
+                                  source_lang=data.source_lang, target_lang=data.target_lang,
+                                  max_records=data.tfds_max_records)
+
+    return data_source.load_split(data, synthetic=synthetic, files=files, tfds=tfds)
 
 
 def read_parallel_tfds(name: str, split: str, data_dir: str = "", *, source_lang: str = "",

@@ -1,4 +1,5 @@
-"""Where documents come from: the synthetic world (default, offline), local text files or TFDS.
+"""Where documents come from (config.data.source): the synthetic world (default, offline), your
+own text files ('files'; 'text' before) or TFDS.
 
 Every source yields documents as lists of sentences, the form both LM packing and BERT's
 sentence-pair creation start from.
@@ -11,7 +12,7 @@ import os
 import ml_collections
 
 from zoo import paths
-from zoo.data.readers import corpus_pieces, text_files
+from zoo.data.readers import corpus_pieces, data_source, text_files
 from zoo.data.synthetic.documents import corpus_splits
 from zoo.errors import ConfigError, MissingFileError
 
@@ -52,13 +53,14 @@ def plan_pieces(cfg: ml_collections.ConfigDict, split: str, num_pieces: int = 1
                 ) -> list[corpus_pieces.Piece]:
     """The documents of `split` as pieces to stream one at a time (zoo.data.readers.corpus_pieces).
 
-    'text': pieces of config.data.shard_mb megabytes (2**20 bytes) of the files, from their
+    'files': pieces of config.data.shard_mb megabytes (2**20 bytes) of the files, from their
     sizes alone; 'tfds': `num_pieces` record ranges; 'synthetic': `num_pieces` groups of the
     (in-memory) documents. The text files are never read here.
     """
     if split not in _SPLITS:
         raise ValueError(f"split must be one of {_SPLITS}, got {split!r}")
-    if cfg.source == "text":
+    source = data_source.source_of(cfg)
+    if source == data_source.FILES:
         key = "config.data.train_files" if split == "train" else "config.data.eval_files"
         patterns = cfg.train_files if split == "train" else cfg.eval_files
         shard_mb = cfg.get("shard_mb", 4)
@@ -66,7 +68,7 @@ def plan_pieces(cfg: ml_collections.ConfigDict, split: str, num_pieces: int = 1
             raise ConfigError(f"config.data.shard_mb={shard_mb!r} must be a number > 0 "
                               "(megabytes of text per prepared shard)")
         return corpus_pieces.plan_text(expand_files(patterns, key), int(shard_mb * 2**20))
-    if cfg.source == "tfds":
+    if source == data_source.TFDS:
         from zoo.data.readers import tfds_source
 
         records, _ = tfds_source.open_records(cfg, split)
@@ -109,23 +111,24 @@ def load_documents(cfg: ml_collections.ConfigDict, split: str) -> Documents:
     """Documents of `split` ('train' | 'validation' | 'test') from config.data.source.
 
     'synthetic': the seeded world corpus of config.data.seed with
-    config.data.synthetic_entities entities. 'text': BERT-format files,
+    config.data.synthetic_entities entities. 'files': BERT-format text files,
     config.data.train_files for 'train' and config.data.eval_files for the other two. 'tfds': a
     TFDS dataset prepared in a local data_dir (see zoo.data.readers.tfds_source.load_documents).
     """
     if split not in _SPLITS:
         raise ValueError(f"split must be one of {_SPLITS}, got {split!r}")
-    if cfg.source == "synthetic":
-        return _synthetic_splits(cfg.seed, cfg.synthetic_entities)[split]
-    if cfg.source == "text":
+
+    def files():
         key = "config.data.train_files" if split == "train" else "config.data.eval_files"
         patterns = cfg.train_files if split == "train" else cfg.eval_files
         return [doc for f in expand_files(patterns, key) for doc in text_files.read_text_corpus(f)]
-    if cfg.source == "tfds":
+
+    def tfds():
         # Imported here: TFDS takes ~0.5 s to import, which only jobs reading it should pay.
         from zoo.data.readers import tfds_source
 
         return tfds_source.load_documents(cfg, split)
-    raise ConfigError(
-        f"config.data.source must be 'synthetic', 'text' or 'tfds', got {cfg.source!r}"
-    )
+
+    return data_source.load_split(
+        cfg, synthetic=lambda: _synthetic_splits(cfg.seed, cfg.synthetic_entities)[split],
+        files=files, tfds=tfds)

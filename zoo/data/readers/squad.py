@@ -9,10 +9,10 @@ does: `[CLS] question [SEP] context-window [SEP]`, long contexts cut into window
 tokens apart, each context token flagged in the one window where it has the most context
 (`_check_is_max_context`), training labels pointing at [CLS] (position 0) when the window misses
 the answer or the question is impossible. Two things differ from run_squad, both for the better:
-the context is tokenized once with character offsets (any `Tokenizer`, SentencePiece or
-WordPiece) instead of whitespace words re-tokenized piece by piece, so an answer's token span is
-simply the tokens overlapping its characters; and every window carries those offsets, so
-post-processing (zoo/eval/squad.py) maps a predicted token span straight back to context text.
+the context is tokenized once with character offsets (any `Tokenizer`, SentencePiece or WordPiece)
+instead of whitespace words re-tokenized piece by piece, so an answer's token span is simply the
+tokens overlapping its characters; and every window carries those offsets, so post-processing
+(zoo/eval/squad_postprocess.py) maps a predicted token span straight back to context text.
 
 Bad input never ends in a bare stack trace: malformed JSON names file, line and column; a
 missing or mistyped field names the field and question; duplicate ids are errors. As in
@@ -29,7 +29,11 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+import ml_collections
+
 from zoo import paths
+from zoo.data.readers import data_source
+from zoo.data.synthetic import squad as synthetic_squad
 from zoo.errors import ConfigError, DataError, MissingFileError
 
 _log = logging.getLogger(__name__)
@@ -80,6 +84,24 @@ def load_squad(source: str | os.PathLike, split: str = "train", data_dir: str = 
     if path.endswith(".json") or target.is_file():
         return read_squad_json(path)
     return read_squad_tfds(path, split, data_dir)
+
+
+def load_split(data: ml_collections.ConfigDict, split: str, cache_dir: str) -> list[dict]:
+    """Examples of `split` ('train' | 'validation') from config.data.source: the synthetic
+    world's questions (written once into cache_dir as official JSON), the JSON file
+    config.data.train_file / eval_file names, or TFDS's squad/v<config.data.version>."""
+    def synthetic():
+        stem = f"squad-v{data.version}-seed{data.seed}-{data.synthetic_entities}"
+        return load_squad(data_source.synthetic_file(
+            cache_dir, stem, split, ".json",
+            lambda: synthetic_squad.squad_splits(data.seed, data.version,
+                                                 data.synthetic_entities),
+            synthetic_squad.write_squad_json))
+
+    return data_source.load_split(
+        data, synthetic=synthetic,
+        files=lambda: load_squad(data_source.split_file(data, split, "a SQuAD JSON file")),
+        tfds=lambda: load_squad(f"squad/v{data.version}", split, data_dir=data.tfds_data_dir))
 
 
 def read_squad_json(path: str | os.PathLike) -> list[dict]:

@@ -1,12 +1,13 @@
 """User text files read the same way by every reader (classification, multiple choice, parallel
 text): UTF-8 with an optional BOM, errors naming the file and line, lines split only at \\n.
-Also BERT's pretraining text format (the 'text' source of zoo.data.readers.sources): one sentence
+Also BERT's pretraining text format (the 'files' source of zoo.data.readers.sources): one sentence
 per line, a blank line between documents."""
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from zoo import paths
@@ -43,6 +44,25 @@ def split_lines(text: str) -> list[str]:
 
 # ---------------------------------------------------------------------------------------------
 # BERT pretraining text format: one sentence per line, a blank line between documents.
+
+
+def json_lines(path: str, text: str) -> Iterator[tuple[int, dict]]:
+    """(line number, object) per non-blank line of a JSON Lines file's `text`: the one loop of
+    every reader taking JSON Lines, so a bad line reads the same error in all of them."""
+    for line, raw in enumerate(split_lines(text), start=1):
+        if not raw.strip():
+            continue
+        try:
+            obj = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{path}:{line}:{e.colno}: invalid JSON: {e.msg}; a JSON Lines file "
+                            "holds one JSON object per line") from None
+        if not isinstance(obj, dict):
+            # A bad file, not a bad argument: ValueError like every other input error.
+            raise DataError(  # noqa: TRY004
+                f"{path}:{line}: a JSON {type(obj).__name__}, not an object; a JSON "
+                "Lines file holds one object per line (not one array of them)")
+        yield line, obj
 
 
 def _sentences_of(doc: Document | Sequence[str]) -> tuple[str, ...]:

@@ -9,8 +9,11 @@ it made, so training reads the exact tokenizer the data was prepared with.
 
 import json
 
+import ml_collections
+
 from zoo import paths
 from zoo.data.tokenizers import base as tokenizers
+from zoo.errors import ConfigError
 
 INFO = "tokenizer.json"
 
@@ -44,3 +47,18 @@ def load(directory) -> tokenizers.Tokenizer:
     info = json.loads(paths.read_bytes(directory / INFO))
     with paths.local_copy(directory / info["file"]) as local:
         return tokenizers.load_tokenizer(local, lowercase=info["lowercase"])
+
+
+def check_given(data: ml_collections.ConfigDict, directory) -> None:
+    """A config.data.tokenizer that is not the file saved in `directory` (a prepared
+    directory's tokenizer/, config.data.prepared_dir) is a ConfigError: the examples there were
+    made with the saved one. '' (use the saved one) always passes. Every job that reads a
+    prepared directory (BERT pretraining, SQuAD) checks through here."""
+    if not data.get("tokenizer", ""):
+        return
+    prepared, given = file_of(directory), paths.as_path(data.tokenizer)
+    if not given.is_file() or given.read_bytes() != prepared.read_bytes():
+        raise ConfigError(
+            f"config.data.tokenizer={data.tokenizer!r} is not the tokenizer "
+            f"{data.prepared_dir} was prepared with ({prepared}); set config.data.tokenizer='' "
+            "to use the prepared one, or prepare again")
