@@ -132,18 +132,48 @@ def test_one_of_two_killed_mid_step(uninterrupted, tmp_path):
     _relaunch_and_compare(workdir, 2, uninterrupted, tmp_path, resume_from=10)
 
 
-def test_one_of_four_killed_mid_save(uninterrupted, tmp_path):
-    # Every process runs the launcher; process 0 (which commits the step) writes every file of
-    # step 20, then its commit blocks: process 2 is killed with step 20 half saved.
-    workdir = str(tmp_path / "run")
-    logs = _logs(tmp_path, 4)
-    procs = _launch(workdir, 4, script=LAUNCHER, extra=["--fault=hang_commit:20"], logs=logs)
+def _saving_step_20(workdir, processes, tmp_path):
+    """`processes` processes of the run through the fault launcher, launched and mid-save:
+    process 0 (which commits the step) has written every file of step 20 and its commit
+    blocks, so step 20 stays half saved (procs, logs)."""
+    logs = _logs(tmp_path, processes)
+    procs = _launch(workdir, processes, script=LAUNCHER, extra=["--fault=hang_commit:20"],
+                    logs=logs)
     _wait_for(lambda: os.path.exists(os.path.join(workdir, HANG_MARKER)), procs, logs,
               "the save of step 20")
     assert not os.path.exists(os.path.join(workdir, "checkpoints", "20"))
+    return procs, logs
+
+
+def test_one_of_two_killed_mid_save(uninterrupted, tmp_path):
+    # Process 1 is killed with step 20 half saved; process 0, the survivor, also hosts the
+    # coordination service (it sees the loss first-hand).
+    workdir = str(tmp_path / "run")
+    procs, logs = _saving_step_20(workdir, 2, tmp_path)
+    exits = _kill_and_time(procs, victim=1)
+    _check_survivors(exits, 2, 1, logs, lost_line_from=[0])
+    assert not os.path.exists(os.path.join(workdir, "checkpoints", "20"))
+    _relaunch_and_compare(workdir, 2, uninterrupted, tmp_path, resume_from=10)
+
+
+def test_one_of_four_killed_mid_save(uninterrupted, tmp_path):
+    # Process 2 is killed with step 20 half saved.
+    workdir = str(tmp_path / "run")
+    procs, logs = _saving_step_20(workdir, 4, tmp_path)
     exits = _kill_and_time(procs, victim=2)
     _check_survivors(exits, 4, 2, logs, lost_line_from=[0, 1, 3])
     assert not os.path.exists(os.path.join(workdir, "checkpoints", "20"))
+    _relaunch_and_compare(workdir, 4, uninterrupted, tmp_path, resume_from=10)
+
+
+def test_one_of_four_killed_mid_step(uninterrupted, tmp_path):
+    # Process 2 (not the coordinator) is killed between checkpoints 10 and 20: the others are
+    # blocked in a collective waiting on it, and hear of the loss from the coordination
+    # service (process 0 keeps it up until the others have heard; lost_hosts._watch_peers).
+    workdir = str(tmp_path / "run")
+    procs, logs = _training_at_step_15(workdir, 4, tmp_path)
+    exits = _kill_and_time(procs, victim=2)
+    _check_survivors(exits, 4, 2, logs, lost_line_from=[0, 1, 3])
     _relaunch_and_compare(workdir, 4, uninterrupted, tmp_path, resume_from=10)
 
 
