@@ -237,3 +237,15 @@ def test_restore_params_names_a_missing_file_and_what_to_do(tmp_path, missing):
     assert message.startswith("init_from='x': ")
     assert os.path.join(workdir, "checkpoints", "4") in message
     assert "point init_from at the workdir of a finished run" in message
+
+
+def test_ctrl_c_in_one_process_restore_stops_both(saved_by_two):
+    # Before: the interrupted process left the restore at once, and the other waited in the
+    # verdict gather for it (past DECIDED_WITHIN_S).
+    before = file_tree(saved_by_two)
+    (code0, out0), (code1, out1) = _job("restore", saved_by_two, fault="sigint:1")
+    assert code1 != 0 and "KeyboardInterrupt" in out1.split("Traceback")[-1], out1[-3000:]
+    assert code0 != 0, out0[-3000:]
+    assert ("CheckpointRestoreError: process 1 of 2 could not restore checkpoint step 4"
+            in out0 and "KeyboardInterrupt" in out0), out0[-3000:]
+    assert file_tree(saved_by_two) == before

@@ -276,6 +276,11 @@ class Checkpointer:
                 code, reason = verdicts.CORRUPT, str(e)
             except Exception as e:  # noqa: BLE001 -- raised below, once every process knows
                 code, reason, error = verdicts.ERROR, first_line(e), e
+            except KeyboardInterrupt as e:
+                # Ctrl-C (SIGINT) on one process only: raised from here at once, the others
+                # would wait in the gather below for ever. Gathered as an error like the rest,
+                # so every process stops, then raised here as it came.
+                code, reason, error = verdicts.ERROR, "KeyboardInterrupt (Ctrl-C, SIGINT)", e
             code, process, reason = verdicts.agree(code, reason)
             if code == verdicts.ERROR:
                 if error is not None:
