@@ -85,14 +85,18 @@ def _start_companion(address: str, process_id: int, num_processes: int) -> None:
     global _companion_pipe
     read, write = os.pipe()
     # Run by path, not -m: the script needs no zoo and no jax. Its stderr is this process's.
+    # Its stdout goes nowhere: a reader of this process's stdout pipe sees its end of file when
+    # this process ends, not when the companion does.
     subprocess.Popen([sys.executable, coordinator_watch.__file__, address, str(process_id),
-                      str(num_processes)], stdin=read, close_fds=True)
+                      str(num_processes)], stdin=read, stdout=subprocess.DEVNULL,
+                     close_fds=True)
     os.close(read)
     _companion_pipe = write
 
 
-def _tell_companion_exiting() -> None:
-    """This process exits on its own terms: its companion ends without a word."""
+def tell_companion_exiting() -> None:
+    """This process exits on its own terms (having said why): its companion
+    (zoo.train.coordinator_watch) ends without a word. Call before an os._exit."""
     global _companion_pipe
     if _companion_pipe is not None:
         try:
@@ -104,7 +108,7 @@ def _tell_companion_exiting() -> None:
 
 
 def _report_and_exit(line: str) -> None:
-    _tell_companion_exiting()
+    tell_companion_exiting()
     sys.stdout.flush()
     if line:
         print(line, file=sys.stderr, flush=True)
@@ -183,7 +187,7 @@ def _exit_together(client, process_id: int, num_processes: int,
                    exiting: threading.Event) -> None:
     exiting.set()
     # From here on, losing process 0 is the expected end (it leaves last), not a loss.
-    _tell_companion_exiting()
+    tell_companion_exiting()
     try:
         client.wait_at_barrier("zoo_exit", timeout_in_ms=SHUTDOWN_TIMEOUT_S * 1000)
         if process_id == 0:
