@@ -11,11 +11,15 @@ Faults (test harness only, never in zoo/): ZOO_TEST_RESTORE_FAULT=KIND:PROCESS, 
            or a sharding bug: evidence of nothing)
   damaged  that process reads one array file of the newest step as different bytes than were
            written (its CRC-32 differs there only: a bad disk or a stale cache of one host)
+  sigint   that process gets a real SIGINT (Ctrl-C on its terminal only) during the array
+           read of the restore: Python raises KeyboardInterrupt inside the read
 A restore prints 'RESTORED <value of params.b[0]>' (the step that was saved).
 """
 
 import os
+import signal
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -52,6 +56,15 @@ def _inject(kind: str, process: int) -> None:
     if kind == "raise":
         def restore(self, *args, **kwargs):
             raise RuntimeError("injected: RESOURCE_EXHAUSTED: out of memory while restoring")
+
+        ocp.StandardCheckpointHandler.restore = restore
+    elif kind == "sigint":
+        def restore(self, *args, **kwargs):
+            signal.raise_signal(signal.SIGINT)
+            # Python's handler raises KeyboardInterrupt at the next bytecode, within this
+            # bounded wait that stands for a long read (never reached to its end).
+            time.sleep(60)
+            raise AssertionError("SIGINT did not interrupt the read")
 
         ocp.StandardCheckpointHandler.restore = restore
     elif kind == "damaged":

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tests.train import multihost
+from zoo.train import coordinator_watch
 
 pytestmark = pytest.mark.acceptance  # minutes of real processes
 
@@ -92,15 +93,22 @@ def _logs(tmp_path, processes):
 
 
 def _check_survivors(exits, processes, victim, logs, lost_line_from=()):
+    line = f"error: lost process {victim} of {processes}: "
+    if victim == 0:
+        line = f"error: lost process 0 of {processes} (the coordinator)"
+    # A lost coordinator's line comes from each survivor's companion right after the survivor
+    # was aborted (zoo.train.coordinator_watch), within its probe's timeout; every other line
+    # is in the log before its process exits.
+    deadline = time.monotonic() + coordinator_watch.PROBE_TIMEOUT_S + 10
+    while time.monotonic() < deadline and not all(
+            line in open(logs[i].name).read() for i in lost_line_from):
+        time.sleep(0.05)
     texts = {i: open(logs[i].name).read() for i in range(processes)}
     assert sorted(exits) == [i for i in range(processes) if i != victim], (
         "survivors still running 120 s after the kill", exits)
     for index, (code, seconds) in exits.items():
         assert code != 0, (index, texts[index][-2000:])
         assert seconds < BOUND_S, (index, seconds, texts[index][-2000:])
-    line = f"error: lost process {victim} of {processes}: "
-    if victim == 0:
-        line = f"error: lost process 0 of {processes} (the coordinator)"
     for index in lost_line_from:
         assert line in texts[index], (index, texts[index][-2000:])
     print("survivors' exits (code, seconds after the kill):", exits)
@@ -132,25 +140,56 @@ def test_one_of_two_killed_mid_step(uninterrupted, tmp_path):
     _relaunch_and_compare(workdir, 2, uninterrupted, tmp_path, resume_from=10)
 
 
-def test_one_of_four_killed_mid_save(uninterrupted, tmp_path):
-    # Every process runs the launcher; process 0 (which commits the step) writes every file of
-    # step 20, then its commit blocks: process 2 is killed with step 20 half saved.
-    workdir = str(tmp_path / "run")
-    logs = _logs(tmp_path, 4)
-    procs = _launch(workdir, 4, script=LAUNCHER, extra=["--fault=hang_commit:20"], logs=logs)
+def _saving_step_20(workdir, processes, tmp_path):
+    """`processes` processes of the run through the fault launcher, launched and mid-save:
+    process 0 (which commits the step) has written every file of step 20 and its commit
+    blocks, so step 20 stays half saved (procs, logs)."""
+    logs = _logs(tmp_path, processes)
+    procs = _launch(workdir, processes, script=LAUNCHER, extra=["--fault=hang_commit:20"],
+                    logs=logs)
     _wait_for(lambda: os.path.exists(os.path.join(workdir, HANG_MARKER)), procs, logs,
               "the save of step 20")
     assert not os.path.exists(os.path.join(workdir, "checkpoints", "20"))
+    return procs, logs
+
+
+def test_one_of_two_killed_mid_save(uninterrupted, tmp_path):
+    # Process 1 is killed with step 20 half saved; process 0, the survivor, also hosts the
+    # coordination service (it sees the loss first-hand).
+    workdir = str(tmp_path / "run")
+    procs, logs = _saving_step_20(workdir, 2, tmp_path)
+    exits = _kill_and_time(procs, victim=1)
+    _check_survivors(exits, 2, 1, logs, lost_line_from=[0])
+    assert not os.path.exists(os.path.join(workdir, "checkpoints", "20"))
+    _relaunch_and_compare(workdir, 2, uninterrupted, tmp_path, resume_from=10)
+
+
+def test_one_of_four_killed_mid_save(uninterrupted, tmp_path):
+    # Process 2 is killed with step 20 half saved.
+    workdir = str(tmp_path / "run")
+    procs, logs = _saving_step_20(workdir, 4, tmp_path)
     exits = _kill_and_time(procs, victim=2)
     _check_survivors(exits, 4, 2, logs, lost_line_from=[0, 1, 3])
     assert not os.path.exists(os.path.join(workdir, "checkpoints", "20"))
     _relaunch_and_compare(workdir, 4, uninterrupted, tmp_path, resume_from=10)
 
 
+def test_one_of_four_killed_mid_step(uninterrupted, tmp_path):
+    # Process 2 (not the coordinator) is killed between checkpoints 10 and 20: the others are
+    # blocked in a collective waiting on it, and hear of the loss from the coordination
+    # service (process 0 keeps it up until the others have heard; lost_hosts._watch_peers).
+    workdir = str(tmp_path / "run")
+    procs, logs = _training_at_step_15(workdir, 4, tmp_path)
+    exits = _kill_and_time(procs, victim=2)
+    _check_survivors(exits, 4, 2, logs, lost_line_from=[0, 1, 3])
+    _relaunch_and_compare(workdir, 4, uninterrupted, tmp_path, resume_from=10)
+
+
 def test_the_coordinator_of_four_killed_mid_step(tmp_path):
     # Process 0 hosts the coordination service: the others lose it and their collectives'
-    # peer at once (gloo aborts them as its connections drop, before any line can be printed).
+    # peer at once, and C++ aborts them (JAX's agent or gloo) before any Python of theirs runs;
+    # each one's companion (zoo.train.coordinator_watch) prints the line.
     workdir = str(tmp_path / "run")
     procs, logs = _training_at_step_15(workdir, 4, tmp_path)
     exits = _kill_and_time(procs, victim=0)
-    _check_survivors(exits, 4, 0, logs)
+    _check_survivors(exits, 4, 0, logs, lost_line_from=[1, 2, 3])

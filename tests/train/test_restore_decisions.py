@@ -18,6 +18,7 @@ import pytest
 from tests.train import multihost
 from tests.train.saved_states import file_tree, save_steps, small_state
 from zoo import paths
+from zoo.errors import DataError
 from zoo.train import checksums
 from zoo.train.checkpoint import Checkpointer
 
@@ -188,3 +189,63 @@ def test_a_file_damaged_for_one_process_only_sends_both_back(saved_by_two):
                      r"ocdbt\.process_1/d/", out0), out0[-3000:]
     assert os.listdir(os.path.join(saved_by_two, "checkpoints_corrupt")) == ["4"]
     assert sorted(os.listdir(os.path.join(saved_by_two, "checkpoints"))) == ["2"]
+
+
+# restore_params (config.train.init_from) sorts its reads the same way (issue 30 item 1).
+def _inject_params_read(monkeypatch, errors):
+    """restore_params' array read (CheckpointManager.restore) raises `errors` in turn, then
+    reads."""
+    original = ocp.CheckpointManager.restore
+    pending = list(errors)
+
+    def restore(self, *args, **kwargs):
+        if pending:
+            raise pending.pop(0)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.CheckpointManager, "restore", restore)
+
+
+def test_restore_params_raises_an_error_inside_its_read_untouched(tmp_path, monkeypatch):
+    workdir = str(tmp_path)
+    save_steps(workdir)
+    _inject_params_read(monkeypatch, [RuntimeError("RESOURCE_EXHAUSTED: out of memory")])
+    with pytest.raises(RuntimeError, match="RESOURCE_EXHAUSTED") as raised:
+        Checkpointer(workdir).restore_params(small_state().params)
+    assert not isinstance(raised.value, DataError)
+    assert raised.traceback[-1].name == "restore"  # raised where it happened, not re-wrapped
+
+
+def test_restore_params_retries_a_passing_error(tmp_path, monkeypatch, fast_retries, caplog):
+    workdir = str(tmp_path)
+    save_steps(workdir)
+    _inject_params_read(monkeypatch, [ValueError("UNAVAILABLE: HTTP response code: 503")] * 2)
+    with caplog.at_level(logging.WARNING, logger="zoo.retry"):
+        params = Checkpointer(workdir).restore_params(small_state().params)
+    np.testing.assert_array_equal(params["b"], small_state(4.0).params["b"])
+    assert sum("attempt" in r.getMessage() for r in caplog.records) == 2
+
+
+@pytest.mark.parametrize("missing", ["_METADATA", "manifest.ocdbt"])
+def test_restore_params_names_a_missing_file_and_what_to_do(tmp_path, missing):
+    workdir = str(tmp_path)
+    save_steps(workdir)
+    os.remove(os.path.join(workdir, "checkpoints", "4", "state", missing))
+    with pytest.raises(DataError) as raised:
+        Checkpointer(workdir).restore_params(small_state().params, source="init_from='x'")
+    message = str(raised.value)
+    assert message.startswith("init_from='x': ")
+    assert os.path.join(workdir, "checkpoints", "4") in message
+    assert "point init_from at the workdir of a finished run" in message
+
+
+def test_ctrl_c_in_one_process_restore_stops_both(saved_by_two):
+    # Before: the interrupted process left the restore at once, and the other waited in the
+    # verdict gather for it (past DECIDED_WITHIN_S).
+    before = file_tree(saved_by_two)
+    (code0, out0), (code1, out1) = _job("restore", saved_by_two, fault="sigint:1")
+    assert code1 != 0 and "KeyboardInterrupt" in out1.split("Traceback")[-1], out1[-3000:]
+    assert code0 != 0, out0[-3000:]
+    assert ("CheckpointRestoreError: process 1 of 2 could not restore checkpoint step 4"
+            in out0 and "KeyboardInterrupt" in out0), out0[-3000:]
+    assert file_tree(saved_by_two) == before

@@ -290,6 +290,11 @@ class Checkpointer:
                 code, reason = verdicts.CORRUPT, str(e)
             except Exception as e:  # noqa: BLE001 -- raised below, once every process knows
                 code, reason, error = verdicts.ERROR, first_line(e), e
+            except KeyboardInterrupt as e:
+                # Ctrl-C (SIGINT) on one process only: raised from here at once, the others
+                # would wait in the gather below for ever. Gathered as an error like the rest,
+                # so every process stops, then raised here as it came.
+                code, reason, error = verdicts.ERROR, "KeyboardInterrupt (Ctrl-C, SIGINT)", e
             code, process, reason = verdicts.agree(code, reason)
             if code == verdicts.ERROR:
                 if error is not None:
@@ -424,6 +429,9 @@ class Checkpointer:
             `.wanted` counts the target's.
           CheckpointMismatchError: the same names with other shapes; each is named with both
             shapes and the config key that sets it.
+          DataError: the step's files are damaged or missing (named, with what to do).
+          StorageUnavailableError: storage kept failing with errors that pass (zoo.retry).
+          Anything else the read raises, untouched.
         """
         from zoo.models import config_checks  # which config key shapes which parameter
 
@@ -433,12 +441,8 @@ class Checkpointer:
             raise MissingFileError(f"{where}: no checkpoint in {self.directory} to initialise "
                                    "from; point it at the workdir of a finished run")
         wanted = _shapes(target_params)
-        try:
-            saved = _shapes(self._saved_tree(step)["params"])
-        except Exception as e:  # noqa: BLE001 -- orbax/tensorstore raise bare Exception
-            raise DataError(f"{where}: the checkpoint step {step} in {self.directory} cannot be "
-                            f"read ({first_line(e)}); point it at the workdir of a finished "
-                            "run") from None
+        saved = self._read_params(lambda: _shapes(self._saved_tree(step)["params"]), step,
+                                  where, "the metadata")
         missing = [name for name in wanted if name not in saved]
         if missing:
             def top(names):  # "['bert']['pooler']..." -> bert
@@ -466,15 +470,25 @@ class Checkpointer:
                 "checkpoint's")
         target = {"params": jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), target_params)}
-        try:
-            restored = self._manager.restore(step, args=ocp.args.Composite(
-                state=ocp.args.PyTreeRestore(
-                    item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
-                    partial_restore=True)))
-        except Exception as e:  # orbax and tensorstore raise bare Exception
-            raise DataError(f"{where}: the params of checkpoint step {step} in {self.directory} "
-                            f"cannot be read ({first_line(e)})") from e
+        restored = self._read_params(lambda: self._manager.restore(
+            step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+                item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+                partial_restore=True))), step, where, "the params")
         return restored["state"]["params"]
+
+    def _read_params(self, fn, step: int, where: str, what: str):
+        """`fn()`, a read of checkpoint `step`, sorted as restore's reads (restore_verdicts.read):
+        damage evidence is a DataError; the rest (out of memory, a sharding bug) is not the
+        files' fault and keeps its own type and traceback."""
+        directory = self._step_directory(step)
+        try:
+            return verdicts.read(fn, what=f"reading {what} of checkpoint step {step} in "
+                                          f"{self.directory}")
+        except verdicts.Unreadable as e:
+            raise DataError(
+                f"{where}: {what} of checkpoint step {step} ({directory}) cannot be read: {e}. "
+                "Its files are damaged or incomplete: point init_from at the workdir of a "
+                "finished run whose checkpoint is intact (or copy that step again)") from e
 
     def close(self) -> None:
         """Waits for the save in flight (CheckpointWriteError if it failed), then closes."""

@@ -11,12 +11,15 @@ thread is blocked (a collective waiting on the dead peer, a checkpoint barrier),
 naming the lost process and exits 1, so the scheduler relaunches every process and the run
 resumes from its last complete checkpoint (tests/train/test_lost_host.py measures the time).
 Process 0 hosts the service, so it leaves last. A recoverable service no longer holds its
-shutdown for the others: every process meets at an exit barrier instead.
+shutdown for the others: every process meets at an exit barrier instead. When process 0 itself
+dies, C++ aborts the others before this thread can run; a companion process of each
+(zoo.train.coordinator_watch) prints the line naming it.
 """
 
 import atexit
 import os
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -24,6 +27,7 @@ import time
 import jax
 
 from zoo.errors import ConfigError
+from zoo.train import coordinator_watch
 
 # JAX's default is 100 s; a healthy process sends its heartbeats from a C++ thread of its own
 # (not held by the GIL, a long compile or a step), so 30 s declares only a dead or frozen host.
@@ -72,7 +76,39 @@ def lost_process_message(status: str, process_id: int, num_processes: int) -> st
             "complete checkpoint)")
 
 
+# The write end of the pipe to this process's coordinator_watch companion (None without one).
+_companion_pipe: int | None = None
+
+
+def _start_companion(address: str, process_id: int, num_processes: int) -> None:
+    """Starts coordinator_watch beside this process (not process 0: it hosts the service)."""
+    global _companion_pipe
+    read, write = os.pipe()
+    # Run by path, not -m: the script needs no zoo and no jax. Its stderr is this process's.
+    # Its stdout goes nowhere: a reader of this process's stdout pipe sees its end of file when
+    # this process ends, not when the companion does.
+    subprocess.Popen([sys.executable, coordinator_watch.__file__, address, str(process_id),
+                      str(num_processes)], stdin=read, stdout=subprocess.DEVNULL,
+                     close_fds=True)
+    os.close(read)
+    _companion_pipe = write
+
+
+def tell_companion_exiting() -> None:
+    """This process exits on its own terms (having said why): its companion
+    (zoo.train.coordinator_watch) ends without a word. Call before an os._exit."""
+    global _companion_pipe
+    if _companion_pipe is not None:
+        try:
+            os.write(_companion_pipe, coordinator_watch.EXITING)
+            os.close(_companion_pipe)
+        except OSError:  # the companion is gone already (killed with the process group)
+            pass
+        _companion_pipe = None
+
+
 def _report_and_exit(line: str) -> None:
+    tell_companion_exiting()
     sys.stdout.flush()
     if line:
         print(line, file=sys.stderr, flush=True)
@@ -133,6 +169,8 @@ def join(heartbeat_timeout_s: int, kwargs: dict) -> None:
     state = jax_distributed.global_state
     if state.client is None:  # (a test's stand-in for jax.distributed.initialize)
         return
+    if state.process_id != 0 and state.coordinator_address:
+        _start_companion(state.coordinator_address, state.process_id, state.num_processes)
     exiting = threading.Event()
     threading.Thread(target=_watch_peers, name="zoo-lost-host",
                      args=(state.client, state.process_id, state.num_processes,
@@ -145,11 +183,11 @@ def join(heartbeat_timeout_s: int, kwargs: dict) -> None:
                     exiting)
 
 
-
-
 def _exit_together(client, process_id: int, num_processes: int,
                    exiting: threading.Event) -> None:
     exiting.set()
+    # From here on, losing process 0 is the expected end (it leaves last), not a loss.
+    tell_companion_exiting()
     try:
         client.wait_at_barrier("zoo_exit", timeout_in_ms=SHUTDOWN_TIMEOUT_S * 1000)
         if process_id == 0:

@@ -22,6 +22,7 @@ import threading
 import time
 
 from zoo.errors import ConfigError
+from zoo.train import lost_hosts
 
 WINDOW, MIN_SAMPLES = 50, 5
 HANG_EXIT_CODE = 1
@@ -125,4 +126,7 @@ def _dump_and_exit(reason: str) -> None:
           "the last complete checkpoint", file=sys.stderr, flush=True)
     faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
     sys.stderr.flush()
+    # The line above says why; process 0 may be gone too by the time this one is, which its
+    # companion would otherwise report as a lost coordinator.
+    lost_hosts.tell_companion_exiting()
     os._exit(HANG_EXIT_CODE)
