@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from zoo import paths
+from zoo.data.text_document import TextDocument
 from zoo.errors import DataError, MissingFileError
-
-if TYPE_CHECKING:
-    from zoo.data.synthetic.documents import Document
 
 
 def read_utf8(path: str, what: str) -> str:
@@ -45,14 +42,12 @@ def split_lines(text: str) -> list[str]:
 # BERT pretraining text format: one sentence per line, a blank line between documents.
 
 
-def _sentences_of(doc: Document | Sequence[str]) -> tuple[str, ...]:
-    # A synthetic Document by its `texts` (not isinstance: this module must not import the
-    # synthetic package, whose documents module imports it).
-    texts = getattr(doc, "texts", None)
-    return tuple(texts) if texts is not None else tuple(doc)
+def _sentences_of(doc: TextDocument | Sequence[str]) -> tuple[str, ...]:
+    # A synthetic Document (or any TextDocument) by its `texts`, else the sentences themselves.
+    return tuple(doc.texts) if isinstance(doc, TextDocument) else tuple(doc)
 
 
-def corpus_text(documents: Sequence[Document | Sequence[str]]) -> str:
+def corpus_text(documents: Sequence[TextDocument | Sequence[str]]) -> str:
     """Formats documents as BERT pretraining text (with a trailing newline).
 
     Raises:
@@ -76,7 +71,7 @@ def corpus_text(documents: Sequence[Document | Sequence[str]]) -> str:
     return "\n".join(blocks)
 
 
-def write_text_corpus(path: str | os.PathLike, documents: Sequence[Document | Sequence[str]]
+def write_text_corpus(path: str | os.PathLike, documents: Sequence[TextDocument | Sequence[str]]
                       ) -> None:
     """Writes documents (or lists of sentence strings) to `path` in BERT's format, UTF-8."""
     paths.as_path(path).write_bytes(corpus_text(documents).encode("utf-8"))
