@@ -54,7 +54,8 @@ def test_strategies_train_exactly_what_they_claim(tiny_pretrained_bert):
         results[strategy] = _final_params(config, workdir)
     start = jobs.build(_config(tiny_pretrained_bert, "full"), str(tiny_pretrained_bert / "start"),
                        devices=ONE_DEVICE)
-    initial = init_from.init_params(str(tiny_pretrained_bert / "pretrain"), start.state, "bert").params
+    initial = init_from.init_params(str(tiny_pretrained_bert / "pretrain"), start.state,
+                                    "bert").params
     # full fine-tuning moves the encoder; frozen and features leave it bit-identical.
     assert not _leaves_equal(results["full"]["bert"], initial["bert"])
     for strategy in ("frozen", "features"):
