@@ -1,11 +1,11 @@
 """Evaluates a trained workdir: python eval.py --config=configs/gpt.py:size=tiny --workdir=/tmp/gpt"""
 
-from zoo.commands import cli, jobs, pipeline
+from zoo.commands import cli, jobs, stages
 
 
 def main(config, workdir):
-    if pipeline.is_pipeline(config):
-        return pipeline.evaluate_all(config, workdir)
+    if stages.is_pipeline(config):
+        return stages.evaluate_all(config, workdir)
     return jobs.evaluate(config, workdir)
 
 

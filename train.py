@@ -1,14 +1,14 @@
 """Trains any zoo job: python train.py --config=configs/gpt.py:size=tiny --workdir=/tmp/gpt
 
 zoo.commands.jobs.train looks config.task up and runs the one loop; a config with `stages`
-(configs/quickstart.py) trains each stage in turn (zoo.commands.pipeline)."""
+(configs/quickstart.py) trains each stage in turn (zoo.commands.stages)."""
 
-from zoo.commands import cli, jobs, pipeline
+from zoo.commands import cli, jobs, stages
 
 
 def main(config, workdir):
-    if pipeline.is_pipeline(config):
-        return pipeline.train(config, workdir)
+    if stages.is_pipeline(config):
+        return stages.train(config, workdir)
     return jobs.train(config, workdir)
 
 

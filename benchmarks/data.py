@@ -11,10 +11,10 @@ grain worker processes, zoo.data.pipelines.batching.iterate):
                        zoo.data.pipelines.pretraining.prepare (masks stored on disk)
   pretraining_dynamic  the same with dynamic_masking (masks drawn per batch)
   squad                zoo.tasks.squad.SquadTask's train_batches (featurized windows in memory)
-The corpus is the synthetic world (zoo.data.synthetic), tokenized by a WordPiece vocabulary of
-BERT's size (30,522: the corpus's words and characters, padded with [unused] entries), so
-random replacements are drawn from a BERT-sized vocabulary. The first batch of each iterator
-(worker start-up) is not timed; then batches are drawn for --seconds.
+The corpus (benchmarks.data_corpus) is the synthetic world (zoo.data.synthetic), tokenized by a
+WordPiece vocabulary of BERT's size (30,522: the corpus's words and characters, padded with
+[unused] entries), so random replacements are drawn from a BERT-sized vocabulary. The first batch
+of each iterator (worker start-up) is not timed; then batches are drawn for --seconds.
 
 Demand: peak FLOP/s of --chips x --accelerator (zoo.train.metrics.peak_flops, the table MFU is
 reported against) x --mfu / (zoo.models.bert.flops_per_token(BERT-base) x seq_len): sequences
@@ -33,15 +33,13 @@ Outputs in benchmarks.machine.results_dir(--out): data.jsonl (every measurement)
 import argparse
 import json
 import os
-import re
 import tempfile
 import time
 import types
 from collections.abc import Callable
 
 from benchmarks import data_bucket, data_prepare, machine
-
-VOCAB_SIZE = 30522  # BERT's uncased WordPiece vocabulary
+from benchmarks.data_corpus import VOCAB_SIZE, bert_sized_vocab, documents
 # vCPUs of one TPU VM host (v4: 240), what the per-CPU rate is projected onto.
 HOST_CPUS = {"TPU v4": 240, "TPU v5p": 208, "TPU v5 lite": 224, "TPU v6 lite": 180}
 
@@ -68,24 +66,6 @@ def demand(accelerator: str, chips: int, mfu: float, seq_len: int,
 
 # ---------------------------------------------------------------------------------------------
 # Supply.
-
-
-def _documents(entities: int) -> list[list[str]]:
-    from zoo.data.synthetic.documents import corpus_splits
-
-    return [list(d.texts) for d in corpus_splits(num_entities=entities)["train"]]
-
-
-def bert_sized_vocab(texts) -> list[str]:
-    """A WordPiece vocabulary of VOCAB_SIZE: specials, the texts' characters (and ## forms) and
-    words, then [unusedN] entries (as BERT's own vocab.txt has) to BERT's size."""
-    words = sorted({w for t in texts for w in re.findall(r"\w+|[^\w\s]", t.lower())})
-    chars = sorted({c for w in words for c in w})
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *chars, *("##" + c for c in chars),
-             *(w for w in words if len(w) > 1)]
-    if len(vocab) > VOCAB_SIZE:
-        raise SystemExit(f"the corpus has {len(vocab)} tokens, more than {VOCAB_SIZE}")
-    return vocab + [f"[unused{i}]" for i in range(VOCAB_SIZE - len(vocab))]
 
 
 def _rate(make_iterator: Callable[[int], object], workers: int, batch_size: int,
@@ -124,7 +104,7 @@ def _pretraining(dynamic: bool):
         )
         from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 
-        docs = _documents(args.entities)
+        docs = documents(args.entities)
         tokenizer = WordPieceTokenizer(bert_sized_vocab(s for d in docs for s in d))
         settings = pretraining_examples.Settings(
             max_seq_length=args.seq_len, max_predictions_per_seq=args.predictions,
@@ -144,7 +124,7 @@ def _squad(args, progress) -> list[dict]:
     from zoo.tasks.squad import SquadTask
 
     config = squad_config.get_config("size=base")
-    docs = _documents(args.entities)
+    docs = documents(args.entities)
     vocab_file = os.path.join(args.cache_dir, "vocab.txt")
     with open(vocab_file, "w") as f:
         f.write("\n".join(bert_sized_vocab(s for d in docs for s in d)) + "\n")

@@ -193,14 +193,14 @@ def _summary(where: str, hosts: int, per_host: list[dict], args, extra: dict) ->
 
 
 def stage(args, progress) -> list[dict]:
-    from benchmarks import data as data_bench
+    from benchmarks import data_corpus
     from tests.gcs_server import GcsServer
     from zoo import paths
     from zoo.data.pipelines import pretraining, pretraining_examples
     from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 
-    docs = data_bench._documents(args.entities)
-    tokenizer = WordPieceTokenizer(data_bench.bert_sized_vocab(s for d in docs for s in d))
+    docs = data_corpus.documents(args.entities)
+    tokenizer = WordPieceTokenizer(data_corpus.bert_sized_vocab(s for d in docs for s in d))
     settings = pretraining_examples.Settings(
         max_seq_length=args.seq_len, max_predictions_per_seq=args.predictions,
         dupe_factor=args.dupe_factor, dynamic_masking=False)

@@ -4,8 +4,8 @@ worker processes, and its peak memory at 1x and 8x the corpus (it streams: memor
 with the corpus).
 
 The corpus is the synthetic world written as BERT-format text (1x) and that text 8 times over
-(8x), tokenized by benchmarks.data's BERT-sized WordPiece vocabulary, with BERT-base phase 1's
-settings (seq 128, 20 predictions, dupe_factor 5, static masks: what configs/bert_pretrain.py
+(8x), tokenized by benchmarks.data_corpus's BERT-sized WordPiece vocabulary, with BERT-base phase
+1's settings (seq 128, 20 predictions, dupe_factor 5, static masks: what configs/bert_pretrain.py
 prepares). Every measurement is a fresh child process (`--child`), so its peak RSS is its own:
 `rss_mb` is the largest of the child and its worker processes (getrusage).
 """
@@ -23,11 +23,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _write_corpus(args) -> dict[str, str]:
     """1x and 8x BERT-format text files and a vocab.txt in args.cache_dir."""
-    from benchmarks.data import bert_sized_vocab
+    from benchmarks.data_corpus import bert_sized_vocab, documents
     from zoo.data.readers import text_files
-    from zoo.data.synthetic.documents import corpus_splits
 
-    docs = [list(d.texts) for d in corpus_splits(num_entities=args.prepare_entities)["train"]]
+    docs = documents(args.prepare_entities)
     paths = {"vocab": os.path.join(args.cache_dir, "prepare-vocab.txt"),
              "1x": os.path.join(args.cache_dir, "corpus-1x.txt"),
              "8x": os.path.join(args.cache_dir, "corpus-8x.txt")}

@@ -15,6 +15,9 @@ from zoo.nn.masks import MaskSpec
 from zoo.nn.recurrent import RNN
 from zoo.nn.transformer import EncoderLayer
 
+# --dtype's names.
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
 
 class LocalAttention(nn.Module):
     """Self-attention over the `window` keys either side of each query, blockwise."""

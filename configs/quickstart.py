@@ -7,7 +7,7 @@ Stage 1 pretrains tiny BERT (MLM + NSP) on the synthetic world's corpus; stage 2
 on the synthetic SQuAD v1.1 set and reports EM/F1 on held-out questions. Each stage is a whole
 job config (configs/bert_pretrain.py, configs/squad.py), overridable as usual, e.g.
 --config.squad.train.steps=500; the stages share one data cache (the pretraining tokenizer) and
-stage 2 starts from stage 1's params (zoo.commands.pipeline). The run ends by writing
+stage 2 starts from stage 1's params (zoo.commands.stages). The run ends by writing
 <workdir>/curves.png (every stage's training curves) and <workdir>/summary.json. About
 5 minutes on a 2-core CPU, offline (measured 4 min 45 s: F1 94.8); rerunning the command
 resumes.

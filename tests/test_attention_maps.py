@@ -1,11 +1,11 @@
-"""zoo.commands.attention_maps, from a model's parameters to the picture: the sow_weights
-passthrough of BERT and GPT (same outputs, one [B, H, T, T] map per layer, scanned or not); BERT
-maps equal a float64 numpy encoder's attention in every layer, labelled with the tokenizer's
-pieces; GPT maps are causal; translation maps have the documented shapes, labels and causality,
-and follow the greedy translation when no target is given; RNN seq2seq alignments (additive,
-dot, general) are, row by row, the float64 softmax of the model's own step-by-step queries; the
-GPT classifier's maps are its GPT over its own input; models without attention are one
-ConfigError; draw writes a layers x heads PNG. The command itself:
+"""zoo.eval.attention_maps and zoo.commands.attention_plot.draw, from a model's parameters to the
+picture: the sow_weights passthrough of BERT and GPT (same outputs, one [B, H, T, T] map per
+layer, scanned or not); BERT maps equal a float64 numpy encoder's attention in every layer,
+labelled with the tokenizer's pieces; GPT maps are causal; translation maps have the documented
+shapes, labels and causality, and follow the greedy translation when no target is given; RNN
+seq2seq alignments (additive, dot, general) are, row by row, the float64 softmax of the model's
+own step-by-step queries; the GPT classifier's maps are its GPT over its own input; models
+without attention are one ConfigError; draw writes a layers x heads PNG. The command itself:
 test_attention_maps_command.py."""
 
 import dataclasses
@@ -21,9 +21,11 @@ from tests.attention_cases import (ATTENTIONS, BERT_CONFIG, GPT_CONFIG, IDS, MAS
                                    perturbed, png)
 from tests.numerics import assert_close
 from zoo import decoding
-from zoo.commands import attention_maps as am
+from zoo.commands.attention_plot import draw
 from zoo.errors import ConfigError
-from zoo.models import bert, elmo, gpt, gpt_classifier, nnlm, rnnlm, seq2seq, transformer, word2vec
+from zoo.eval import attention_maps as am
+from zoo.models import (bert, elmo, encoder_decoder, gpt, gpt_classifier, nnlm, rnnlm, seq2seq,
+                        word2vec)
 
 
 def _stack_layers(stack, num_layers):
@@ -216,10 +218,10 @@ def test_gpt_maps_are_causal_and_start_with_bos(gpt_params, spm):
 
 @pytest.fixture(scope="module")
 def translation(spm):
-    config = transformer.config_for_size("tiny", vocab_size=spm.vocab_size, max_len=24,
+    config = encoder_decoder.config_for_size("tiny", vocab_size=spm.vocab_size, max_len=24,
                                          hidden_size=16, num_heads=4, mlp_dim=32,
                                          num_encoder_layers=1, num_decoder_layers=2)
-    model = transformer.EncoderDecoder(config)
+    model = encoder_decoder.EncoderDecoder(config)
     src, tgt = np.ones((1, 5), np.int32), np.ones((1, 4), np.int32)
     params = perturbed(model.init(jax.random.key(4), src, tgt)["params"], seed=4)
     return model, params
@@ -254,7 +256,7 @@ def test_translation_maps_without_a_target_follow_the_greedy_translation(transla
     source = "二十三减四十五"
     maps = {m.kind: m for m in am.translation_maps(model, params, spm, source)}
     ids = np.asarray([[*spm.encode(source), spm.eos_id]], np.int32)
-    out = transformer.translate(model, params, ids)
+    out = encoder_decoder.translate(model, params, ids)
     tokens = [int(x) for x in np.asarray(out.tokens[0])[:int(out.lengths[0])]]
     if tokens and tokens[-1] == spm.eos_id:
         tokens = tokens[:-1]
@@ -283,8 +285,8 @@ def test_draw_writes_a_layers_by_heads_grid(tmp_path):
     weights = rng.dirichlet(np.ones(5), size=(3, 4, 4)).astype(np.float32)  # [L, H, q, k]
     maps = am.AttentionMaps("cross", weights, ["<s>", "one", "plus", "three"],
                             ["一", "加", "三", "</s>", "x"])
-    full = am.draw(maps, str(tmp_path / "sub" / "full.png"))
-    part = am.draw(maps, str(tmp_path / "part.png"), layers=[2], heads=[1, 3])
+    full = draw(maps, str(tmp_path / "sub" / "full.png"))
+    part = draw(maps, str(tmp_path / "part.png"), layers=[2], heads=[1, 3])
     assert full == str(tmp_path / "sub" / "full.png")
     a, b = png(full), png(part)
     assert a.format == b.format == "PNG"
@@ -294,7 +296,7 @@ def test_draw_writes_a_layers_by_heads_grid(tmp_path):
     assert a.size[0] > b.size[0] * 1.4 and a.size[1] > b.size[1] * 2
     assert len(np.unique(np.asarray(a.convert("RGB")).reshape(-1, 3), axis=0)) > 50  # drawn
     with pytest.raises(ValueError, match="layers"):
-        am.draw(maps, str(tmp_path / "bad.png"), layers=[3])
+        draw(maps, str(tmp_path / "bad.png"), layers=[3])
     with pytest.raises(ValueError, match="AttentionMaps"):
         am.AttentionMaps("cross", weights, ["a"], ["b"])
 

@@ -14,7 +14,7 @@ from tests.numerics import assert_close
 from zoo import hf
 from zoo.commands import jobs
 from zoo.data.synthetic import classification as synthetic_classification
-from zoo.train import loop
+from zoo.train import init_from
 from zoo.train.checkpoint import Checkpointer
 
 # One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),
@@ -55,7 +55,8 @@ def test_strategies_train_exactly_what_they_claim(tiny_pretrained_bert):
         results[strategy] = _final_params(config, workdir)
     start = jobs.build(_config(tiny_pretrained_bert, "full"), str(tiny_pretrained_bert / "start"),
                        devices=ONE_DEVICE)
-    initial = loop._init_params_from(str(tiny_pretrained_bert / "pretrain"), start.state, "bert").params
+    initial = init_from.init_params(str(tiny_pretrained_bert / "pretrain"), start.state,
+                                    "bert").params
     # full fine-tuning moves the encoder; frozen and features leave it bit-identical.
     assert not _leaves_equal(results["full"]["bert"], initial["bert"])
     for strategy in ("frozen", "features"):

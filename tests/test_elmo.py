@@ -12,7 +12,7 @@ from configs import elmo as elmo_config
 from configs import feature_classify as feature_config
 from configs import word2vec as word2vec_config
 from zoo.commands import jobs
-from zoo.train import loop
+from zoo.train import init_from
 from zoo.train.checkpoint import Checkpointer
 
 # One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),
@@ -95,7 +95,7 @@ def test_frozen_features_classify_and_only_the_head_and_mix_train(pretrained, tm
     final = _final_params(config, workdir)
     start = jobs.build(config, str(tmp_path / "start"), devices=ONE_DEVICE).state
     subtree = "bilm" if kind == "elmo" else "embedding"
-    initial = loop._init_params_from(config.train.init_from, start, subtree).params
+    initial = init_from.init_params(config.train.init_from, start, subtree).params
     # The extractor is the pretrained one, bit for bit, after training.
     for a, b in zip(jax.tree.leaves(final[subtree]), jax.tree.leaves(initial[subtree])):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -12,7 +12,7 @@ from zoo import tasks
 from zoo.commands import jobs
 from zoo.data.synthetic import classification as synthetic_classification
 from zoo.data.tokenizers import base as tokenizers
-from zoo.train import loop
+from zoo.train import init_from
 from zoo.train.checkpoint import Checkpointer
 
 # One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),
@@ -53,7 +53,7 @@ def finetuned(pretrained):
 
 def test_init_from_fills_the_gpt_subtree_with_the_language_model(pretrained):
     setup = jobs.build(_config(pretrained), str(pretrained / "start"), devices=ONE_DEVICE)
-    state = loop._init_params_from(str(pretrained / "lm"), setup.state, "gpt")
+    state = init_from.init_params(str(pretrained / "lm"), setup.state, "gpt")
     lm = Checkpointer(str(pretrained / "lm"))
     expected = lm.restore_params(setup.state.params["gpt"])
     lm.close()
@@ -124,7 +124,7 @@ def test_fine_tunes_from_a_gpt2_directory_with_its_byte_level_tokenizer(pretrain
     task = tasks.get("gpt_classify")(config, str(tmp_path / "run"))
     assert isinstance(task.tokenizer, gpt2_bpe.GPT2Tokenizer)
     setup = jobs.build(config, str(tmp_path / "run"), devices=ONE_DEVICE)
-    state = loop._init_params_from(str(directory), setup.state, "gpt")
+    state = init_from.init_params(str(directory), setup.state, "gpt")
     for got, want in zip(jax.tree.leaves(state.params["gpt"]),
                          jax.tree.leaves(jax.tree.map(np.asarray, params))):
         np.testing.assert_array_equal(np.asarray(got), want)

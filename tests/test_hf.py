@@ -16,7 +16,7 @@ from tests.numerics import assert_close
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from zoo import hf  # noqa: E402
+from zoo import hf, hf_save  # noqa: E402
 from zoo.data.tokenizers.wordpiece import WordPieceTokenizer  # noqa: E402
 from zoo.models import bert, gpt  # noqa: E402
 
@@ -298,7 +298,7 @@ def test_a_failed_save_leaves_no_directory_and_the_old_one_intact(qa_export, tmp
         raise OSError("disk full")
 
     # The model files are written by then: only the tokenizer's are missing when it fails.
-    monkeypatch.setattr(hf, "_write_wordpiece", crash)
+    monkeypatch.setattr(hf_save, "_write_wordpiece", crash)
     with pytest.raises(OSError, match="disk full"):
         hf.save_pretrained(tmp_path / "new", config, params, tokenizer)
     assert list(tmp_path.iterdir()) == []

@@ -1,4 +1,4 @@
-"""zoo.commands.pipeline: stages run in order, each from the previous one's params, and a stage that
+"""zoo.commands.stages: stages run in order, each from the previous one's params, and a stage that
 stopped early (preemption) never hands unfinished params to the next."""
 
 import json
@@ -6,7 +6,7 @@ import json
 import ml_collections
 import pytest
 
-from zoo.commands import jobs, pipeline
+from zoo.commands import jobs, stages
 
 
 def _pipeline(tiny_lm_config):
@@ -18,7 +18,7 @@ def _pipeline(tiny_lm_config):
 
 
 def test_stages_chain_share_the_cache_and_draw_curves(tiny_lm_config, tmp_path, capsys):
-    results = pipeline.train(_pipeline(tiny_lm_config), str(tmp_path))
+    results = stages.train(_pipeline(tiny_lm_config), str(tmp_path))
     out = capsys.readouterr().out
     assert "stage 1/2: first" in out and "stage 2/2: second" in out
     assert f"initialised params from {tmp_path}/first/checkpoints step 4" in out
@@ -40,7 +40,7 @@ def test_a_preempted_stage_stops_the_pipeline(tiny_lm_config, tmp_path, monkeypa
         return real_run(config, workdir)
 
     monkeypatch.setattr(jobs, "train", preempted_first_stage)
-    results = pipeline.train(_pipeline(tiny_lm_config), str(tmp_path))
+    results = stages.train(_pipeline(tiny_lm_config), str(tmp_path))
     assert "second" not in results and not (tmp_path / "second").exists()
     assert not (tmp_path / "curves.png").exists()
     assert "stage first stopped before step 4; rerun the same command" in capsys.readouterr().out
@@ -50,4 +50,4 @@ def test_a_stage_name_without_its_block_is_named(tiny_lm_config, tmp_path):
     config = _pipeline(tiny_lm_config)
     config.stages = ["first", "third"]
     with pytest.raises(ValueError, match="config.stages names 'third'"):
-        pipeline.train(config, str(tmp_path))
+        stages.train(config, str(tmp_path))

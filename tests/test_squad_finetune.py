@@ -9,7 +9,7 @@ import pytest
 
 from configs import squad as squad_config
 from zoo.commands import jobs
-from zoo.train import loop
+from zoo.train import init_from
 from zoo.train.checkpoint import Checkpointer
 
 # One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),
@@ -29,7 +29,7 @@ def _squad(root, version, **train):
 def test_init_from_fills_only_the_encoder(tiny_pretrained_bert):
     config = _squad(tiny_pretrained_bert, "1.1")
     setup = jobs.build(config, str(tiny_pretrained_bert / "probe"), devices=ONE_DEVICE)
-    started = loop._init_params_from(str(tiny_pretrained_bert / "pretrain"), setup.state,
+    started = init_from.init_params(str(tiny_pretrained_bert / "pretrain"), setup.state,
                                      setup.task.pretrained_subtree())
     source = Checkpointer(str(tiny_pretrained_bert / "pretrain"))
     restored = source.restore_params({"bert": started.params["bert"]})["bert"]

@@ -38,15 +38,11 @@ Example:
 
 import json
 import os
-import shutil
-import tempfile
-import uuid
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import flax.linen as nn
-import numpy as np
 from safetensors import numpy as safetensors_numpy
 
 from zoo import paths
@@ -56,36 +52,17 @@ from zoo.convert import tf_checkpoint
 from zoo.data.tokenizers import gpt2_bpe
 from zoo.data.tokenizers.wordpiece import CONTINUATION, WordPieceTokenizer
 from zoo.errors import DataError, MissingFileError, UserError
+from zoo.hf_files import (CONFIG_FILE, GOOGLE_CONFIG_FILE, SAFETENSORS_FILE,
+                          SUPPORTED_ARCHITECTURES, TF_FILES, TOKENIZER_CONFIG_FILE,
+                          TOKENIZER_FILE, TORCH_FILE, VOCAB_FILE, WEIGHTS_FILES, bert_head_of)
+from zoo.hf_save import save_pretrained
 from zoo.models import bert, gpt
 
-# Architecture -> (model_type, head): the BERT head kind of zoo.convert.bert ('none' for the
-# encoder alone), or for GPT-2 whether the names carry GPT2LMHeadModel's 'transformer.' prefix.
-SUPPORTED_ARCHITECTURES: dict[str, tuple[str, Any]] = {
-    "BertModel": ("bert", "none"),
-    "BertForPreTraining": ("bert", "pretraining"),
-    "BertForQuestionAnswering": ("bert", "question_answering"),
-    "BertForSequenceClassification": ("bert", "sequence_classification"),
-    "GPT2LMHeadModel": ("gpt2", True),
-    "GPT2Model": ("gpt2", False),
-}
-_BERT_ARCHITECTURE = {head: arch for arch, (family, head) in SUPPORTED_ARCHITECTURES.items()
-                      if family == "bert"}
-
-CONFIG_FILE = "config.json"
-SAFETENSORS_FILE = "model.safetensors"
-TORCH_FILE = "pytorch_model.bin"
-# In HF's order of preference: safetensors first, sharded after single files.
-_WEIGHTS_FILES = (SAFETENSORS_FILE, SAFETENSORS_FILE + ".index.json", TORCH_FILE,
-                  TORCH_FILE + ".index.json")
-_TF_FILES = ("tf_model.h5", "flax_model.msgpack")  # Keras / Flax weights: not read
-GOOGLE_CONFIG_FILE = "bert_config.json"
-VOCAB_FILE = "vocab.txt"
-TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
-TOKENIZER_FILE = "tokenizer.json"
-# The tied copies HF itself leaves out of saved files (re-tied on load).
-_TIED_COPIES = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias",
-                "lm_head.weight")
-
+# save_pretrained (zoo.hf_save) and the directory's names (zoo.hf_files) are importable from here,
+# their documented path.
+__all__ = ["CONFIG_FILE", "GOOGLE_CONFIG_FILE", "SAFETENSORS_FILE", "SUPPORTED_ARCHITECTURES",
+           "TOKENIZER_CONFIG_FILE", "TOKENIZER_FILE", "TORCH_FILE", "VOCAB_FILE",
+           "load_pretrained", "save_pretrained"]
 
 # ---- loading -----------------------------------------------------------------------------------
 
@@ -133,7 +110,7 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any
             f"load_pretrained: {root} is not a directory; give a Hugging Face checkpoint "
             f"directory ({CONFIG_FILE} + {SAFETENSORS_FILE} or {TORCH_FILE})"
         )
-    if not any((root / name).is_file() for name in _WEIGHTS_FILES):
+    if not any((root / name).is_file() for name in WEIGHTS_FILES):
         tf_indexes = tf_checkpoint.find_tf_checkpoints(root)
         if tf_indexes:
             return _load_google_bert(root, tf_indexes, overrides)
@@ -173,7 +150,7 @@ def _bert_model(config: bert.BertConfig, params: Mapping[str, Any], head: str | 
                 hf_config: Mapping[str, Any]) -> nn.Module:
     """The zoo BERT model of `head` (None: the head the params hold)."""
     if head is None:
-        head = _bert_head_of(params)
+        head = bert_head_of(params)
     if head == "none":
         return bert.BertModel(config)
     if head == "pretraining":
@@ -294,19 +271,11 @@ def _same_kind(error: ValueError) -> type[ValueError]:
     return DataError if isinstance(error, UserError) else ValueError
 
 
-def _bert_head_of(params: Mapping[str, Any]) -> str:
-    for head, root in (("pretraining", "predictions"), ("question_answering", "qa_outputs"),
-                       ("sequence_classification", "classifier")):
-        if root in params:
-            return head
-    return "none"
-
-
 def _read_weights(root: Path) -> tuple[dict[str, Any], str]:
     """(HF name -> array, the file(s) read) from the directory's weights file."""
-    found = [name for name in _WEIGHTS_FILES if (root / name).is_file()]
+    found = [name for name in WEIGHTS_FILES if (root / name).is_file()]
     if not found:
-        other = [name for name in _TF_FILES if (root / name).exists()]
+        other = [name for name in TF_FILES if (root / name).exists()]
         hint = (f" It has {', '.join(other)}: Keras (TF2) / Flax weights are not read here; "
                 "google-research/bert's TF1 checkpoints (<prefix>.index + <prefix>.data-*, "
                 "through zoo.convert.bert.params_from_tf_variables) are." if other else "")
@@ -400,199 +369,3 @@ def _bert_tokenizer(root: Path, lowercase: bool | None = None) -> WordPieceToken
         max_input_chars_per_word=int(model.get("max_input_chars_per_word", 100)),
         source=str(path),
     )
-
-
-# ---- saving ------------------------------------------------------------------------------------
-
-
-def save_pretrained(path: str | os.PathLike, model_config: bert.BertConfig | gpt.GPTConfig,
-                    params: Mapping[str, Any], tokenizer: WordPieceTokenizer | None = None, *,
-                    architecture: str | None = None, overwrite: bool = False,
-                    **hf_config: Any) -> None:
-    """Writes a directory that transformers' `from_pretrained` (and `load_pretrained`) reads.
-
-    Files: config.json, model.safetensors (as HF saves them: without the tied copies of the
-    word embeddings), and for a WordPiece tokenizer vocab.txt + tokenizer_config.json. The
-    directory appears whole or not at all: everything is written (and fsynced) into a hidden
-    sibling directory first, which is then renamed into place. A gs://... `path` (no rename
-    there) is written locally first, then uploaded file by file with config.json last.
-
-    Args:
-      path: the directory to create, local or gs://bucket/....
-      model_config: a BertConfig or GPTConfig.
-      params: the model's params (boxed or not; a {"params": ...} dict is unwrapped).
-      tokenizer: a zoo WordPieceTokenizer (BERT only) or None.
-      architecture: the HF class to write, one of SUPPORTED_ARCHITECTURES of the config's
-        family; None picks it from the params (BERT: the head they hold; GPT: GPT2LMHeadModel).
-        'BertModel' with a head model's params writes their encoder alone.
-      overwrite: replace an existing non-empty `path` (the whole directory: stale files such as
-        an old tokenizer.json would otherwise shadow the new ones).
-      **hf_config: extra config.json fields, e.g. id2label, bos_token_id / eos_token_id (give
-        them for a GPT-2 vocabulary smaller than HF's default ids, 50256).
-
-    Raises:
-      ValueError: an architecture that does not fit the config or params, or a tokenizer this
-        cannot write.
-      FileExistsError: `path` exists, is not empty, and overwrite is False.
-    """
-    reserved = sorted({"architectures", "model_type", "num_labels"} & set(hf_config))
-    if reserved:
-        raise ValueError(f"save_pretrained: {reserved} are not config.json extras: pass "
-                         "architecture=...; model_type and the labels follow from the model")
-    params = nn.unbox(params)
-    if set(params) == {"params"}:
-        params = params["params"]
-    if isinstance(model_config, bert.BertConfig):
-        state, config_json = _bert_files(model_config, params, architecture, tokenizer, hf_config)
-    elif isinstance(model_config, gpt.GPTConfig):
-        if tokenizer is not None:
-            raise ValueError("save_pretrained: tokenizer: a GPT-2 directory needs a byte-level "
-                             "BPE tokenizer, which zoo does not have; pass tokenizer=None")
-        arch = architecture or "GPT2LMHeadModel"
-        _check_architecture(arch, "gpt2")
-        state = gpt2_convert.params_to_hf(params, model_config,
-                                          lm_head=SUPPORTED_ARCHITECTURES[arch][1])
-        config_json = gpt2_convert.config_to_hf(model_config, architectures=[arch], **hf_config)
-    else:
-        raise ValueError(f"save_pretrained: model_config must be a BertConfig or GPTConfig, got "
-                         f"{type(model_config).__name__}")
-    state = {name: x for name, x in state.items() if name not in _TIED_COPIES}
-
-    def write(directory: Path) -> None:
-        (directory / CONFIG_FILE).write_text(json.dumps(config_json, indent=2, sort_keys=True)
-                                             + "\n", encoding="utf-8")
-        # format=pt: what transformers expects of the files it reads.
-        safetensors_numpy.save_file(state, str(directory / SAFETENSORS_FILE),
-                                    metadata={"format": "pt"})
-        if tokenizer is not None:
-            _write_wordpiece(directory, tokenizer, model_config)
-
-    if paths.is_remote(path):
-        _write_remote_directory(paths.as_path(path), write, overwrite)
-    else:
-        _write_directory(Path(path), write, overwrite)
-
-
-def _check_architecture(arch: str, family: str) -> None:
-    if SUPPORTED_ARCHITECTURES.get(arch, (None,))[0] != family:
-        choices = [a for a, (f, _) in SUPPORTED_ARCHITECTURES.items() if f == family]
-        raise ValueError(f"save_pretrained: architecture={arch!r} is not a {family} "
-                         f"architecture; use one of {choices}")
-
-
-def _bert_files(config: bert.BertConfig, params: Mapping[str, Any], architecture: str | None,
-                tokenizer: Any, extra: dict[str, Any]) -> tuple[dict[str, np.ndarray], dict]:
-    if architecture is None:
-        head = _bert_head_of(params)
-        architecture = _BERT_ARCHITECTURE[head]
-    _check_architecture(architecture, "bert")
-    head = SUPPORTED_ARCHITECTURES[architecture][1]
-    if head == "none" and "bert" in params:  # the encoder of a model with a head
-        params = params["bert"]
-    state = bert_convert.params_to_hf(params, config, heads=head if head != "none" else False)
-    num_labels = None
-    if head == "sequence_classification":
-        num_labels = state["classifier.bias"].shape[0]
-        labels = extra.get("id2label")
-        if labels is not None and len(labels) != num_labels:
-            raise ValueError(f"save_pretrained: id2label has {len(labels)} labels but the "
-                             f"classifier has {num_labels}")
-    if tokenizer is not None:
-        if not isinstance(tokenizer, WordPieceTokenizer):
-            raise ValueError(
-                f"save_pretrained: tokenizer must be a WordPieceTokenizer (written as "
-                f"{VOCAB_FILE}) or None, got {type(tokenizer).__name__}; HF's BERT has no "
-                "SentencePiece tokenizer"
-            )
-        if tokenizer.vocab_size > config.vocab_size:
-            raise ValueError(f"save_pretrained: the tokenizer has {tokenizer.vocab_size} tokens "
-                             f"but the model's vocab_size is {config.vocab_size}")
-        extra = {"pad_token_id": tokenizer.pad_id, **extra}
-    config_json = bert_convert.config_to_hf(config, num_labels=num_labels,
-                                            architectures=[architecture], **extra)
-    return state, config_json
-
-
-def _write_wordpiece(directory: Path, tokenizer: WordPieceTokenizer,
-                     config: bert.BertConfig) -> None:
-    tokens = [tokenizer.id_to_token(i) for i in range(tokenizer.vocab_size)]
-    # vocab.txt is one token per line with trailing whitespace stripped on reading.
-    bad = [t for t in tokens if "\n" in t or t != t.rstrip()]
-    if bad:
-        raise ValueError(f"save_pretrained: tokens {bad[:5]} cannot be written to {VOCAB_FILE} "
-                         "(a newline or trailing whitespace)")
-    (directory / VOCAB_FILE).write_text("".join(t + "\n" for t in tokens), encoding="utf-8")
-    options = dict(
-        tokenizer_class="BertTokenizer",
-        do_lower_case=tokenizer.lowercase,
-        strip_accents=tokenizer.strip_accents,
-        tokenize_chinese_chars=tokenizer.tokenize_chinese_chars,
-        unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]", cls_token="[CLS]",
-        mask_token="[MASK]",
-        model_max_length=config.max_position_embeddings,
-    )
-    (directory / TOKENIZER_CONFIG_FILE).write_text(json.dumps(options, indent=2) + "\n",
-                                                   encoding="utf-8")
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_directory(path: Path, write: Callable[[Path], None], overwrite: bool) -> None:
-    """Runs write(tmp) in a sibling temp directory and renames it to `path` (atomic on POSIX)."""
-    if path.exists() and not path.is_dir():
-        raise FileExistsError(f"save_pretrained: {path} exists and is not a directory")
-    replacing = path.is_dir() and any(path.iterdir())
-    if replacing and not overwrite:
-        raise FileExistsError(f"save_pretrained: {path} exists and is not empty; pass "
-                              "overwrite=True to replace it (the whole directory)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # A sibling, so the final rename stays on one filesystem; mkdir (not mkdtemp) so the
-    # directory gets the umask's permissions rather than 0700.
-    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:12]}"
-    tmp.mkdir()
-    try:
-        write(tmp)
-        for f in tmp.iterdir():
-            _fsync(f)
-        if replacing:
-            # Move the old directory aside, the new one in, then drop the old: a crash in
-            # between leaves `path` absent (the old copy beside it), never half-written.
-            old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:12]}"
-            os.rename(path, old)
-            os.rename(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, path)  # replaces an empty directory atomically
-        _fsync(path.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
-def _write_remote_directory(path: Any, write: Callable[[Path], None], overwrite: bool) -> None:
-    """`_write_directory` for a gs:// `path` (an epath.Path): GCS has no directories and no
-    rename, so write(tmp) runs in a local temporary directory and each file is then uploaded
-    whole (one object each, zoo.paths.write_atomic), config.json last: a reader that finds
-    config.json finds the weights and tokenizer beside it. Replacing deletes the old objects
-    first, so a crash during the upload leaves no config.json (never an old config beside new
-    weights)."""
-    if path.is_file():
-        raise FileExistsError(f"save_pretrained: {path} exists and is not a directory")
-    replacing = path.is_dir() and any(path.iterdir())
-    if replacing and not overwrite:
-        raise FileExistsError(f"save_pretrained: {path} exists and is not empty; pass "
-                              "overwrite=True to replace it (the whole directory)")
-    with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
-        local = Path(tmp)
-        write(local)
-        names = sorted((f.name for f in local.iterdir()), key=lambda n: (n == CONFIG_FILE, n))
-        if replacing:
-            path.rmtree()
-        for name in names:
-            paths.write_atomic(path / name, (local / name).read_bytes())

@@ -12,7 +12,7 @@ import pytest
 
 from tests.numerics import assert_close, assert_params_close
 from zoo.models import bert, gpt
-from zoo.models import transformer as tr
+from zoo.models import encoder_decoder as tr
 
 T = 24
 BLOCK = 8  # three blocks per sequence, so the block loops and skipping really run

@@ -16,7 +16,7 @@ import pytest
 
 from tests.numerics import assert_close
 from zoo import decoding
-from zoo.models import transformer as tr
+from zoo.models import encoder_decoder as tr
 from zoo.train import partitioning
 
 PAD, BOS, EOS = 0, 2, 3

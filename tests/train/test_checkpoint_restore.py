@@ -17,10 +17,9 @@ from zoo.train.checkpoint import (
     Checkpointer,
     CheckpointMismatchError,
     CorruptCheckpointError,
-    DataReshardError,
-    _restore_iterator,
     latest_param_shapes,
 )
+from zoo.train.data_position import DataReshardError, restore_iterator
 
 
 def _largest_array_file(workdir, step):
@@ -156,7 +155,7 @@ def _write_positions(directory, positions):
 def test_a_global_data_position_resumes_under_another_process_count(tmp_path):
     _write_positions(tmp_path / "data", [{"next_index": 7}, {"next_index": 7}])
     iterator = _Position()
-    _restore_iterator(str(tmp_path / "data"), iterator)  # this test is 1 process of 1
+    restore_iterator(str(tmp_path / "data"), iterator)  # this test is 1 process of 1
     assert iterator.state == {"next_index": 7}
 
 
@@ -164,7 +163,7 @@ def test_per_process_data_positions_cannot_be_resharded(tmp_path):
     _write_positions(tmp_path / "data", [{"next_index": 7}, {"next_index": 9}])
     with pytest.raises(DataReshardError, match=r"differ between the 2 processes.*"
                                                r"resume with 2 processes \(JAX_NUM_PROCESSES=2\)"):
-        _restore_iterator(str(tmp_path / "data"), _Position())
+        restore_iterator(str(tmp_path / "data"), _Position())
 
 
 # --- on a real process -----------------------------------------------------------------------

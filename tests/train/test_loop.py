@@ -14,7 +14,7 @@ from configs import bert_pretrain as bert_pretrain_config
 from configs import gpt as gpt_config
 from tests.numerics import assert_params_close
 from zoo.commands import jobs
-from zoo.train import loop
+from zoo.train import init_from, loop
 from zoo.train.checkpoint import Checkpointer, MissingParamsError
 
 # The loop's features below the layout tests (spike guard, non-finite stop, best checkpoint,
@@ -306,7 +306,7 @@ def test_init_from_takes_params_but_not_optimizer_or_step(tiny_lm_config, tmp_pa
         jobs.build(tiny_lm_config(), first, devices=ONE_DEVICE).state)
     second = tiny_lm_config(steps=1, init_from=first)
     setup = jobs.build(second, str(tmp_path / "second"), devices=ONE_DEVICE)
-    started = loop._init_params_from(first, setup.state)
+    started = init_from.init_params(first, setup.state)
     assert int(started.step) == 0
     for a, b in zip(jax.tree.leaves(started.params), jax.tree.leaves(saved.params)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -321,4 +321,4 @@ def test_init_from_takes_params_but_not_optimizer_or_step(tiny_lm_config, tmp_pa
     deeper.model.num_layers = 3  # tiny has 2
     deeper_setup = jobs.build(deeper, str(tmp_path / "deeper"), devices=ONE_DEVICE)
     with pytest.raises(MissingParamsError, match=r"lack .* parameters.*h.*layer_2"):
-        loop._init_params_from(first, deeper_setup.state)
+        init_from.init_params(first, deeper_setup.state)

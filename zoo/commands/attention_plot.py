@@ -1,4 +1,4 @@
-"""Drawing zoo.commands.attention_maps' heat maps: one PNG per attention kind, a grid of layers
+"""Drawing zoo.eval.attention_maps' heat maps: one PNG per attention kind, a grid of layers
 (rows) x heads (columns), each panel query (rows) x key (columns) with the tokens on both axes.
 
 Kept apart from the extraction so that reading weights out of a model never imports matplotlib,
@@ -66,7 +66,7 @@ def draw(maps: Any, path: str, *, layers: Sequence[int] | None = None,
     'Heads' (the indices drawn, comma-separated) and 'Panels' (their count).
 
     Args:
-      maps: what to draw (a zoo.commands.attention_maps.AttentionMaps: weights [L, H, q, k],
+      maps: what to draw (a zoo.eval.attention_maps.AttentionMaps: weights [L, H, q, k],
         the tokens, title, row_label / column_label, and per_head: whether to name layers and
         heads).
       path: the PNG to write, local or gs://... (its directory is created; the PNG is rendered

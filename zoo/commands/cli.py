@@ -61,10 +61,36 @@ def _config_load_error(failure: BaseException, argv: Sequence[str]) -> errors.Us
     return errors.ConfigError(f"--config={spec}: {' '.join(str(failure).split())}")
 
 
+def _put_config_package_on_path(argv: Sequence[str]) -> None:
+    """Makes the --config file's own package importable before ml_collections loads the file.
+
+    configs/<job>.py imports its siblings as `from configs import common`; ml_collections loads
+    the file by path, not as part of a package, so that import finds `configs` only if the
+    checkout happens to be on sys.path (the current directory under `python -m`, train.py's
+    directory). Run from anywhere else, `--config=/abs/path/configs/gpt.py` would fail with
+    "No module named 'configs'". The directory above the file's outermost package (the one
+    holding configs/) goes first on sys.path, so the file's own siblings are the ones imported,
+    even where an installed zoo also ships a `configs` package.
+    """
+    path = _config_spec(argv).split(":", 1)[0]
+    if not path or not os.path.isfile(path):
+        return  # nothing to load: _config_load_error reports a missing file
+    root = os.path.dirname(os.path.abspath(path))
+    if not os.path.isfile(os.path.join(root, "__init__.py")):
+        return  # a lone config file: its imports are its own business
+    while os.path.isfile(os.path.join(os.path.dirname(root), "__init__.py")):
+        root = os.path.dirname(root)  # a config in a sub-package: the outermost package
+    parent = os.path.dirname(root)
+    if parent not in sys.path:
+        sys.path.insert(0, parent)
+
+
 def parse_flags(fv: flags.FlagValues, argv: Sequence[str]) -> list[str]:
     """fv(argv), every mistake on the command line raised as one zoo.errors.UserError (no
     traceback of absl's or ml_collections' own): an unknown flag or a bad value, an unknown
-    --config key, a --config file that is not there or that rejects its variant."""
+    --config key, a --config file that is not there or that rejects its variant. The --config
+    file's package is importable wherever the command runs (_put_config_package_on_path)."""
+    _put_config_package_on_path(argv)
     try:
         remaining = fv(list(argv))
     except AttributeError as e:

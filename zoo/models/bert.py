@@ -259,7 +259,7 @@ class BertModel(nn.Module):
           deterministic: no dropout when True (otherwise needs a 'dropout' rng).
           sow_weights: store every layer's attention weights [B, heads, T, T] in
             'intermediates' (apply with mutable=['intermediates'];
-            zoo.commands.attention_maps reads them).
+            zoo.eval.attention_maps reads them).
 
         Returns:
           (sequence_output [B, T, H], pooled [B, H]), both in config.dtype. Outputs at padding

@@ -98,7 +98,7 @@ class GPT(nn.Module):
         positions/segment_ids [B, T] come from packing; segment ids keep attention inside each
         document (0 = padding). In decode mode the causal part is the KV cache's job.
         sow_weights stores every layer's attention weights [B, heads, T, T] in 'intermediates'
-        (apply with mutable=['intermediates']; zoo.commands.attention_maps reads them).
+        (apply with mutable=['intermediates']; zoo.eval.attention_maps reads them).
         extra_embeddings [K, D]: input rows for ids V .. V+K-1, tokens outside the vocabulary
         (fine-tuning's delimiter / extract tokens, zoo.models.gpt_classifier); logits still
         cover the V vocabulary tokens only.

@@ -1,4 +1,4 @@
-"""Machine translation with the Transformer encoder-decoder (zoo.models.transformer).
+"""Machine translation with the Transformer encoder-decoder (zoo.models.encoder_decoder).
 
 Training: teacher forcing, token cross-entropy with label smoothing (config.train.
 label_smoothing, 0.1 as the paper) over one joint SentencePiece vocabulary trained on both
@@ -25,7 +25,7 @@ from zoo.data.readers import parallel
 from zoo.data.tokenizers import base as tokenizers
 from zoo.errors import ConfigError
 from zoo.eval import bleu, rouge
-from zoo.models import transformer
+from zoo.models import encoder_decoder as transformer
 from zoo.nn.transformer import stack_activation_bytes
 from zoo.tasks.base import Batch, Task
 from zoo.train.losses import cross_entropy_sums

@@ -5,7 +5,6 @@ a step directory atomically, so a crash mid-save leaves the previous checkpoint 
 """
 
 import dataclasses
-import json
 import os
 import shutil
 
@@ -20,6 +19,7 @@ from zoo import paths
 from zoo.errors import ConfigError, DataError, MissingFileError, UserError
 from zoo.train import checkpoint_failures, checksums
 from zoo.train import restore_verdicts as verdicts
+from zoo.train.data_position import read_position, set_position
 from zoo.train.checkpoint_failures import CheckpointWriteError, first_line
 
 
@@ -34,10 +34,6 @@ class CheckpointMismatchError(UserError, ValueError):
 class CorruptCheckpointError(UserError, RuntimeError):
     """No checkpoint in the directory could be read (each is named; the message says to move
     the directory away and start over)."""
-
-
-class DataReshardError(UserError, ValueError):
-    """The saved data-iterator positions cannot be mapped onto this run's process count."""
 
 
 class CheckpointRestoreError(RuntimeError):
@@ -65,50 +61,6 @@ def _free_name(path: str) -> str:
 def _shapes(tree) -> dict[str, tuple]:
     return {jax.tree_util.keystr(path): tuple(leaf.shape)
             for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
-
-
-def _restore_iterator(directory: str, iterator) -> None:
-    """Sets `iterator` to the position saved in `directory` (see _read_position)."""
-    _set_position(iterator, _read_position(directory))
-
-
-def _set_position(iterator, state) -> None:
-    iterator.set_state(state)
-    if hasattr(iterator, "start_prefetch"):
-        iterator.start_prefetch()
-
-
-def _read_position(directory: str):
-    """The data-iterator position saved in `directory` (grain's per-process JSON files).
-
-    Written by another process count, the position still applies when every process saved the
-    same one: zoo's pipelines keep one global order and cut each global batch by process (see
-    zoo.data.pipelines.batching), so their state is the global batch index, not a per-process
-    cursor.
-    """
-    index, count = jax.process_index(), jax.process_count()
-    root = paths.as_path(directory)
-    own = root / f"process_{index}-of-{count}.json"
-
-    def read():
-        if own.exists():
-            return json.loads(own.read_text())
-        saved = sorted(p.name for p in root.iterdir() if p.name.startswith("process_"))
-        if not saved:
-            raise verdicts.Unreadable(f"{directory} holds no data-iterator position")
-        states = [json.loads((root / name).read_text()) for name in saved]
-        if any(s != states[0] for s in states):
-            writers = saved[0].rsplit("-of-", 1)[1].removesuffix(".json")
-            raise DataReshardError(
-                f"the data positions in {directory} differ between the {writers} processes "
-                f"that saved them, so this data pipeline cannot be re-sharded onto {count} "
-                f"process(es); resume with {writers} processes (JAX_NUM_PROCESSES={writers})")
-        return states[0]
-
-    try:
-        return verdicts.read(read, what=f"reading the data-iterator position in {directory}")
-    except verdicts.Unreadable as e:
-        raise verdicts.Unreadable(f"its data-iterator position is unreadable ({e})") from e
 
 
 def existing(workdir: str) -> "Checkpointer | None":
@@ -310,7 +262,7 @@ class Checkpointer:
                 _warn(f"checkpoint step {candidate} in {self.directory} is unreadable: {reason}")
                 continue
             if data_iterator is not None:
-                _set_position(data_iterator, position)
+                set_position(data_iterator, position)
             if unreadable:
                 self._set_aside(unreadable, candidate, quarantine)
             return state
@@ -340,7 +292,7 @@ class Checkpointer:
             what=f"restoring checkpoint step {step} from {directory}")
         position = None
         if data_iterator is not None:
-            position = _read_position(paths.join(directory, "data"))
+            position = read_position(paths.join(directory, "data"))
         return state, position
 
     def _saved_tree(self, step: int) -> dict:

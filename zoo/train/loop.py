@@ -18,12 +18,12 @@ import optax
 from jax.experimental import multihost_utils
 
 from zoo import paths
-from zoo.errors import ConfigError, MissingFileError, UserError
+from zoo.errors import ConfigError, UserError
 from zoo.train import metrics as metrics_lib
-from zoo.train import (checkpoint, compile_cache, dry_run, flops, optim, partitioning, program,
+from zoo.train import (compile_cache, dry_run, flops, init_from, optim, partitioning, program,
                        recipe, step)
 from zoo.train import watchdog as watchdog_lib
-from zoo.train.checkpoint import Checkpointer, MissingParamsError
+from zoo.train.checkpoint import Checkpointer
 from zoo.train.state import TrainState
 
 NONFINITE_POLICIES = ("skip", "stop")
@@ -218,7 +218,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
     if checkpointer.latest_step() is not None:
         state = checkpointer.restore(state, batches, quarantine=True)
     elif train_cfg.init_from:
-        state = _init_params_from(train_cfg.init_from, state, task.pretrained_subtree())
+        state = init_from.init_params(train_cfg.init_from, state, task.pretrained_subtree())
     with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
         task.prepare(state.params)
     start, total = int(state.step), train_cfg.steps
@@ -345,95 +345,6 @@ def _stop_if_told(done: int, step_metrics, train_cfg, checkpointer: Checkpointer
             f"{checkpointer.directory}. Lower config.optim.learning_rate and resume, "
             "or raise config.train.loss_spike.factor / max_in_a_row."
         )
-
-
-def _init_params_from(workdir: str, state: TrainState, subtree: str | None = None
-                      ) -> TrainState:
-    """Starts a run from another run's latest params (e.g. BERT phase 2 from phase 1), or only
-    their `subtree` (e.g. the 'bert' encoder under a new task head). `workdir` may also be a
-    Hugging Face or google-research/bert checkpoint directory (zoo.hf.load_pretrained)."""
-    if recipe.is_pretrained_directory(workdir):
-        return state.replace(params=_pretrained_params(workdir, state.params, subtree))
-    paths.check_remote(workdir, "config.train.init_from")
-    if not paths.as_path(workdir).is_dir():
-        raise MissingFileError(
-            f"config.train.init_from={workdir!r} is not a directory; point it at the workdir of "
-            "a finished run, or a Hugging Face / google-research/bert checkpoint directory")
-    source = checkpoint.existing(workdir)  # never creates <init_from>/checkpoints
-    if source is None:
-        raise MissingFileError(
-            f"config.train.init_from={workdir!r} holds no checkpoint "
-            f"({paths.join(workdir, 'checkpoints')}); point it at the "
-            "workdir of a finished run"
-        )
-    where = f"config.train.init_from={workdir!r}"
-    try:
-        if subtree is None:
-            params = source.restore_params(state.params, source=where)
-        else:
-            params = dict(state.params)
-            params[subtree] = _restore_subtree(source, state.params[subtree], subtree, where)
-        if jax.process_index() == 0:
-            print(f"initialised params from {source.directory} step {source.latest_step()}",
-                  flush=True)
-    finally:
-        source.close()
-    return state.replace(params=params)
-
-
-def _restore_subtree(source: Checkpointer, target, subtree: str, where: str = ""):
-    """The checkpoint's params[subtree] (a pretraining run with heads: BERT under 'bert'), or all
-    of its params when it is the bare model (a GPT language model under a classifier's 'gpt'),
-    as _pretrained_params does for directories."""
-    try:
-        return source.restore_params({subtree: target}, source=where)[subtree]
-    except MissingParamsError as nested:
-        try:
-            return source.restore_params(target, source=where)
-        except MissingParamsError as bare:
-            # Neither layout fits: report the closer one (a checkpoint with a `subtree` that
-            # lacks a layer is a deeper model, not another family).
-            raise min(bare, nested, key=lambda e: len(e.missing) / e.wanted) from None
-
-
-def _pretrained_params(directory: str, params, subtree: str | None):
-    """`params` with `subtree` (or all of them) replaced by a pretrained checkpoint's, each
-    array placed on the sharding of the parameter it replaces."""
-    from zoo import hf  # torch/safetensors readers load only when a run asks for them
-
-    _, loaded, _, _ = hf.load_pretrained(directory)
-    if subtree is not None:
-        # A checkpoint with a head holds the encoder under `subtree` ('bert'); a bare encoder
-        # (BertModel) is the subtree itself.
-        loaded = loaded.get(subtree, loaded)
-    target = params if subtree is None else params[subtree]
-    where = f"config.train.init_from={directory!r}"
-    if jax.tree.structure(loaded) != jax.tree.structure(target):
-        def top(tree):
-            return sorted(map(str, tree)) if isinstance(tree, dict) else type(tree).__name__
-        raise ConfigError(
-            f"{where} is not a checkpoint of this model: its parameters {top(loaded)} do not "
-            f"match this model's {subtree or 'parameters'} {top(target)} (a different "
-            "architecture or head); point init_from at a checkpoint of the model this task "
-            "fine-tunes")
-    from zoo.models import config_checks  # which config key shapes which parameter
-
-    def shapes(tree):
-        return {jax.tree_util.keystr(path): np.shape(leaf)
-                for path, leaf in jax.tree_util.tree_leaves_with_path(tree)}
-
-    mismatched = config_checks.shape_mismatches(shapes(loaded), shapes(target))
-    if mismatched:
-        raise ConfigError(f"{where}: {len(mismatched)} parameter shapes differ from this "
-                          f"model's: {'; '.join(mismatched[:3])}. The model config must be the "
-                          "checkpoint's")
-    placed = jax.tree.map(lambda a, b: jax.device_put(np.asarray(a, b.dtype), b.sharding),
-                          loaded, target)
-    if jax.process_index() == 0:
-        print(f"initialised {subtree or 'params'} from {directory}", flush=True)
-    if subtree is None:
-        return placed
-    return {**params, subtree: placed}
 
 
 def print_samples(task, params) -> None:

@@ -7,12 +7,13 @@ import pathlib
 
 
 def is_moved_path(source: pathlib.Path) -> bool:
-    """A module kept only so an old import path works: it calls zoo.deprecation.notice at its
-    top level. Documented where its names live now (importing it would print the notice)."""
+    """A module kept only so an old import path works: it calls zoo.deprecation's notice or
+    moved at its top level. Documented where its names live now (importing it would print or
+    warn)."""
     for node in ast.parse(source.read_text(encoding="utf-8")).body:
         call = node.value if isinstance(node, ast.Expr) else None
         if (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute)
-                and call.func.attr == "notice"
+                and call.func.attr in ("notice", "moved")
                 and isinstance(call.func.value, ast.Name) and call.func.value.id == "deprecation"):
             return True
     return False

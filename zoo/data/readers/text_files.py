@@ -8,13 +8,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
 
 from zoo import paths
+from zoo.data.text_document import TextDocument
 from zoo.errors import DataError, MissingFileError
-
-if TYPE_CHECKING:
-    from zoo.data.synthetic.documents import Document
 
 
 def read_utf8(path: str, what: str) -> str:
@@ -42,10 +39,6 @@ def split_lines(text: str) -> list[str]:
     return lines
 
 
-# ---------------------------------------------------------------------------------------------
-# BERT pretraining text format: one sentence per line, a blank line between documents.
-
-
 def json_lines(path: str, text: str) -> Iterator[tuple[int, dict]]:
     """(line number, object) per non-blank line of a JSON Lines file's `text`: the one loop of
     every reader taking JSON Lines, so a bad line reads the same error in all of them."""
@@ -65,14 +58,16 @@ def json_lines(path: str, text: str) -> Iterator[tuple[int, dict]]:
         yield line, obj
 
 
-def _sentences_of(doc: Document | Sequence[str]) -> tuple[str, ...]:
-    # A synthetic Document by its `texts` (not isinstance: this module must not import the
-    # synthetic package, whose documents module imports it).
-    texts = getattr(doc, "texts", None)
-    return tuple(texts) if texts is not None else tuple(doc)
+# ---------------------------------------------------------------------------------------------
+# BERT pretraining text format: one sentence per line, a blank line between documents.
 
 
-def corpus_text(documents: Sequence[Document | Sequence[str]]) -> str:
+def _sentences_of(doc: TextDocument | Sequence[str]) -> tuple[str, ...]:
+    # A synthetic Document (or any TextDocument) by its `texts`, else the sentences themselves.
+    return tuple(doc.texts) if isinstance(doc, TextDocument) else tuple(doc)
+
+
+def corpus_text(documents: Sequence[TextDocument | Sequence[str]]) -> str:
     """Formats documents as BERT pretraining text (with a trailing newline).
 
     Raises:
@@ -96,7 +91,7 @@ def corpus_text(documents: Sequence[Document | Sequence[str]]) -> str:
     return "\n".join(blocks)
 
 
-def write_text_corpus(path: str | os.PathLike, documents: Sequence[Document | Sequence[str]]
+def write_text_corpus(path: str | os.PathLike, documents: Sequence[TextDocument | Sequence[str]]
                       ) -> None:
     """Writes documents (or lists of sentence strings) to `path` in BERT's format, UTF-8."""
     paths.as_path(path).write_bytes(corpus_text(documents).encode("utf-8"))
