@@ -85,7 +85,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # change elsewhere altered float32 rounding only. Decoupled weight decay (AdamW; biases and
     # norms exempt) penalises memorisation's large weights: 8 of seeds 0-9 learn the rule with
     # 0.3 (72-95%; 6 of 10 with 0.1, none with 1.0), while word2vec stays at chance
-    # (tests/test_elmo_binding.py has the figures). Run a few seeds and keep the best on
+    # (tests/tasks/test_elmo_binding.py has the figures). Run a few seeds and keep the best on
     # validation data, as BERT's authors did for small sets.
     config.optim = default_optim_config()
     config.optim.update(learning_rate=3e-3 if tiny else 1e-3, warmup_steps=50, decay="cosine",

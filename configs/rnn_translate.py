@@ -48,7 +48,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     # without attention, 73.5 additive, 76.7 general (beam 4; the Transformer tiny: 98.0 at
     # 3,000 steps, 99.7 at 5,000). Every
     # variant fits the training set better than it generalises the arithmetic; on longer
-    # sources attention pulls ahead (tests/test_rnn_translation.py).
+    # sources attention pulls ahead (tests/tasks/test_rnn_translation.py).
     steps = ml_collections.FieldReference(2000 if tiny else 100_000)
     config.optim = default_optim_config()
     # Adam (no weight decay) with gradient clipping, which recurrent nets need against the

@@ -6,7 +6,7 @@
 The lecture builds attention by hand from three-feature word embeddings (Tech, Fruitness,
 Other): score every pair of words by similarity, turn a word's row of scores into weights with a
 softmax, and replace the word by the weighted mix of the sentence's words. Every number below is
-the seed's (tests/test_examples.py checks them to two decimals):
+the seed's (tests/end_to_end/test_examples.py checks them to two decimals):
 
   * dot products of (1, 4), (0, 3), (3, 0): 12, 3, 0; scaled by 1/sqrt(2): 8.49, 2.12, 0;
   * cosine similarities: Orange-Apple = Phone-Apple = 0.71, And-An = 1, the rest 0;

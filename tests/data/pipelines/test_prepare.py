@@ -83,7 +83,8 @@ def test_two_workers_write_the_same_bytes(reference, text_corpus, tok, tmp_path)
 
 def test_two_processes_share_the_shards_and_write_the_same_bytes(reference, text_corpus, tok,
                                                                  tmp_path):
-    # Two "hosts" as threads of this process; real processes: tests/test_prepare_command.py.
+    # Two "hosts" as threads of this process; real processes:
+    # tests/commands/test_prepare_command.py.
     made, directory = {}, str(tmp_path / "shared")
     real = pt._make_shard
 

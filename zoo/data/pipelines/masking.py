@@ -192,8 +192,8 @@ def mask_example(row: dict[str, np.ndarray], spec: MaskingSpec, word_start_table
 # from the same mixer over (key, position): masks drawn that way (3 us/row) matched the
 # Generator's on every count we measured (masks per row, 80/10/10 shares, positions, overlap
 # between epochs and between rows), yet tiny BERT pretrained on them three times gave pooled
-# features 56-64% on the relation probe of tests/test_main_job.py, against 71-80% over five
-# runs with Generator or Philox draws (same data, order and init). Philox costs ~20 us/row.
+# features 56-64% on the relation probe of tests/end_to_end/test_main_job.py, against 71-80% over
+# five runs with Generator or Philox draws (same data, order and init). Philox costs ~20 us/row.
 _U64 = np.uint64
 _GOLDEN = _U64(0x9E3779B97F4A7C15)  # splitmix64's counter increment (2^64 / golden ratio)
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.process_env import process_env
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _run(script, *args, check=True):

@@ -11,7 +11,7 @@ import pytest
 
 from tests.process_env import process_env
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FRUIT = ("Orange", "Apple", "And", "An")
 PHONE = ("Phone", "Apple", "An")
 

@@ -145,7 +145,8 @@ def test_init_from_a_hugging_face_directory(tiny_pretrained_bert, tmp_path):
 
 
 def test_init_from_a_google_research_tf_checkpoint(tiny_pretrained_bert, tmp_path):
-    directory = os.path.join(os.path.dirname(__file__), "convert", "fixtures", "google_bert_tiny")
+    directory = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "convert",
+                             "fixtures", "google_bert_tiny")
     _, expected, model_config, _ = hf.load_pretrained(directory)
     config = _config(tiny_pretrained_bert, "frozen", steps=2, eval_every=2, checkpoint_every=2,
                      init_from=directory)

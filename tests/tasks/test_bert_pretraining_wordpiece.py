@@ -18,9 +18,9 @@ from zoo.data.pipelines.pretraining import PretrainingSource
 from zoo.data.readers import sources
 from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 STEPS = 4
-# A small synthetic world, as in tests/test_bert_pretraining.py.
+# A small synthetic world, as in tests/tasks/test_bert_pretraining.py.
 SMALL_DATA = ["--config.data.synthetic_entities=200", "--config.data.dupe_factor=1"]
 # BERT's layout: [PAD] first, unused slots, then the specials at ids a SentencePiece model
 # trained here never gives them (it fixes unk=1, [CLS]=4, [SEP]=5, [MASK]=6).

@@ -239,7 +239,7 @@ def rnn_workdirs(tmp_path_factory):
 
 # The fast tier runs the command on the `general` run, which checks the most; the other scorings
 # train a run each for the same command path (acceptance), and every scoring's maps are checked
-# in-process against the model's own softmax (tests/test_attention_maps.py).
+# in-process against the model's own softmax (tests/eval/test_attention_maps.py).
 @pytest.mark.parametrize("attention", [
     a if a == "general" else pytest.param(a, marks=pytest.mark.acceptance) for a in ATTENTIONS])
 def test_command_on_a_trained_rnn_seq2seq_workdir(attention, rnn_workdirs, monkeypatch, capsys):

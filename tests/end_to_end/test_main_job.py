@@ -20,7 +20,7 @@ from zoo.commands import jobs
 
 pytestmark = pytest.mark.acceptance
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 QUICKSTART = "--config=configs/quickstart.py"
 ONE_DEVICE = jax.devices()[:1]  # the fine-tuning runs below, on one device as the main job's
 

@@ -18,7 +18,7 @@ import pytest
 
 from tests.process_env import process_env
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _commands() -> dict[str, list[str]]:

@@ -6,7 +6,7 @@ local disk under a directory literally named `gs:` (what os.path/open/pathlib/ma
 Run from a temporary current directory, in-process (the commands' main functions, as their
 __main__ blocks call them), on the smallest configs the other tests use. The whole-run story
 (prepare, train killed and resumed, eval, all in a bucket, equal to a local run) is
-tests/test_cloud_run.py's, in the acceptance tier."""
+tests/end_to_end/test_cloud_run.py's, in the acceptance tier."""
 
 import json
 import os
@@ -116,8 +116,8 @@ def test_word2vec_export_writes_into_the_bucket(gcs, gcs_bucket, cwd, tmp_path_f
 
 
 # Acceptance tier: prepare, train and eval in a bucket also run (killed and resumed) in
-# tests/test_cloud_run.py's acceptance test; this one, 17 s on the 2-core box, adds the in-process
-# entry points from a temporary cwd.
+# tests/end_to_end/test_cloud_run.py's acceptance test; this one, 17 s on the 2-core box, adds
+# the in-process entry points from a temporary cwd.
 @pytest.mark.acceptance
 def test_prepare_train_eval_from_the_bucket(gcs, gcs_bucket, cwd, tmp_path_factory):
     """`python -m zoo.commands.prepare` writing its tokenizer and shards into the bucket, then

@@ -17,7 +17,7 @@ from tests.process_env import process_env
 from zoo import errors
 from zoo.commands import cli
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # ---- the handler, in process ----------------------------------------------------------------

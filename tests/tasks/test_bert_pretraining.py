@@ -1,6 +1,6 @@
 """BERT pretraining from the command line, as a user runs it: phase 1, eval, phase 2, dry run.
 That the tiny recipe learns MLM and NSP is proven on its full 3,000 steps by the acceptance
-tier (tests/test_main_job.py::test_tiny_bert_learns_mlm_and_nsp_well_above_chance)."""
+tier (tests/end_to_end/test_main_job.py::test_tiny_bert_learns_mlm_and_nsp_well_above_chance)."""
 
 import json
 import os
@@ -11,7 +11,7 @@ import pytest
 
 from tests.process_env import process_env
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PHASE1_STEPS = 40
 # A smaller synthetic world than the recipe's, for every command below: phase 2 must find the
 # tokenizer phase 1 trained, so all of them share these data settings.

@@ -130,7 +130,7 @@ def test_tiny_synthetic_task_reaches_bleu_90_from_the_command_line(tmp_path):
     import subprocess
     import sys
 
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = process_env(1)
     workdir = tmp_path / "tiny"
     proc = subprocess.run(

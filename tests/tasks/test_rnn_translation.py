@@ -103,7 +103,7 @@ def test_attention_beats_no_attention_on_long_inputs(tmp_path):
     0, 1, 2): 57.7 / 13.2, 24.2 / 11.7, 46.8 / 17.7, ~85 s for both models. At 400 steps the
     margins were 13.8, 9.1 and 7.3: attention's lead grows with training, the plain model's
     BLEU barely moves."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = process_env(1, PYTHONPATH=root)
     proc = subprocess.run([sys.executable, "-c", _ACCEPTANCE, str(tmp_path), "0"], cwd=root,
                           env=env, capture_output=True, text=True, timeout=900)

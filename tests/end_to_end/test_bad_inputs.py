@@ -28,7 +28,7 @@ from zoo.errors import ConfigError, UserError
 from zoo.models import bert, gpt
 from zoo.train.checkpoint import CheckpointMismatchError, MissingParamsError
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = "The cat sat on the mat.\nIt was warm.\n\nA dog ran home.\nIt was late.\n"
 SEQ_LEN = 16  # both fixture runs: GPT wpe and BERT position_embeddings have 16 rows
 VOCAB = 128  # and 128-token vocabularies

@@ -14,7 +14,7 @@ from tests.train import multihost
 from zoo.data.readers import text_files
 from zoo.data.synthetic.documents import corpus_splits
 
-ROOT = os.path.dirname(os.path.abspath(__file__ + "/.."))
+ROOT = os.path.dirname(os.path.abspath(__file__ + "/../.."))
 SMALL = ["--config=configs/bert_pretrain.py:size=tiny", "--config.data.vocab_size=256",
          "--config.data.seq_len=32", "--config.data.max_predictions_per_seq=5",
          "--config.data.dupe_factor=1", "--config.data.batch_size=8",
