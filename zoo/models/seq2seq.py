@@ -1,7 +1,8 @@
-"""The RNN encoder-decoder for translation, without attention (seed 002) or with it (Bahdanau
-et al. 2015; Luong et al. 2015).
+"""The RNN encoder-decoder for translation, without attention (the seq2seq model of the course
+slides on sequence generation and attention) or with it (Bahdanau et al. 2015; Luong et al.
+2015).
 
-Seed 002's model: "编码器是没有输出层的标准 RNN 模型 ... 编码器在上一时间步骤中的隐含状态用作
+The slides' model: "编码器是没有输出层的标准 RNN 模型 ... 编码器在上一时间步骤中的隐含状态用作
 解码器的初始隐藏状态" (the encoder is a plain RNN without an output layer; its hidden state at
 the last step is the decoder's initial state). An encoder RNN reads the source embeddings
 x_1..x_S; u = h_S^enc, and the decoder RNN starts from h_0^dec = u and reads the target shifted
@@ -17,7 +18,7 @@ attention the decoder reads every encoder output h_1..h_S (the last layer's, the
 every step through a distribution alpha_t over the real source positions (padding gets weight
 0) and the context c_t = sum_s alpha_ts h_s:
 
-* 'additive' (Bahdanau; seed 002's "注意力输出与嵌入输出拼接,以输入解码器中的第一个循环神经网络
+* 'additive' (Bahdanau; the course slides' "注意力输出与嵌入输出拼接,以输入解码器中的第一个循环神经网络
   层"): the query is the *previous* decoder state s_{t-1} (the top layer's h; s_0 = u's top
   layer), score(h_s, s_{t-1}) = v^T tanh(W_k h_s + W_q s_{t-1}), and the context is
   concatenated with the embedding of y_{t-1} as the first decoder layer's input. The output

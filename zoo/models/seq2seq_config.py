@@ -26,7 +26,8 @@ class Seq2SeqConfig:
       embed_dim: E, the token embedding width.
       hidden_size: H, units per layer (per direction in a bidirectional encoder).
       num_layers: stacked layers of the encoder and of the decoder (layer k initialises k).
-      attention: 'none' (seed 002), 'additive' (Bahdanau), 'dot' or 'general' (Luong).
+      attention: 'none' (the seq2seq of the course slides on sequence generation and
+        attention), 'additive' (Bahdanau), 'dot' or 'general' (Luong).
       bidirectional: a bidirectional encoder, its final states bridged to H by Dense + tanh.
       dropout_rate: see the module docstring.
       share_embeddings: one embedding table for source and target (else two).
