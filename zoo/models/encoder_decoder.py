@@ -53,8 +53,8 @@ import numpy as np
 from zoo import decoding
 from zoo.errors import ConfigError
 from zoo.models.encoder_decoder_config import (POSITIONS, SHARE_EMBEDDINGS, SIZES,
-                                               TransformerConfig, config_for_size,
-                                               flops_per_token)
+                                               TransformerConfig, activation_bytes,
+                                               config_for_size, flops_per_token)
 from zoo.nn import masks
 from zoo.nn.embeddings import (
     Embed,
@@ -66,8 +66,8 @@ from zoo.nn.transformer import TransformerDecoder, TransformerEncoder
 
 # The config's names stay importable from here (encoder_decoder.TransformerConfig, ...).
 __all__ = ["POSITIONS", "SHARE_EMBEDDINGS", "SIZES", "EncoderDecoder", "TransformerConfig",
-           "TranslationState", "attention_weights", "config_for_size", "flops_per_token",
-           "translate", "translation_decoder", "translation_max_len"]
+           "TranslationState", "activation_bytes", "attention_weights", "config_for_size",
+           "flops_per_token", "translate", "translation_decoder", "translation_max_len"]
 
 _EMBED_AXES = ("act_batch", "act_len", "act_embed")
 

@@ -78,8 +78,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from zoo import decoding
-from zoo.models.seq2seq_config import (ATTENTIONS, SIZES, Seq2SeqConfig, config_for_size,
-                                       flops_per_token)
+from zoo.models.seq2seq_config import (ATTENTIONS, SIZES, Seq2SeqConfig, activation_bytes,
+                                       config_for_size, flops_per_token)
 from zoo.nn.embeddings import Embed
 from zoo.nn.linear import Dense
 from zoo.nn.masks import masked_softmax
@@ -87,8 +87,8 @@ from zoo.nn.recurrent import StackedRNN
 from zoo.nn.recurrent_cells import make_cell
 
 # The config's names stay importable from here (seq2seq.Seq2SeqConfig, seq2seq.config_for_size).
-__all__ = ["ATTENTIONS", "SIZES", "DecoderState", "Seq2Seq", "Seq2SeqConfig", "attention_weights",
-           "config_for_size", "flops_per_token", "seq2seq_decoder"]
+__all__ = ["ATTENTIONS", "SIZES", "DecoderState", "Seq2Seq", "Seq2SeqConfig", "activation_bytes",
+           "attention_weights", "config_for_size", "flops_per_token", "seq2seq_decoder"]
 
 _OUT_AXES = ("act_batch", "act_len", "act_rnn_hidden")
 

@@ -26,7 +26,6 @@ from zoo.data.tokenizers import base as tokenizers
 from zoo.errors import ConfigError
 from zoo.eval import bleu, rouge
 from zoo.models import encoder_decoder as transformer
-from zoo.nn.transformer import stack_activation_bytes
 from zoo.tasks.base import Batch, Task
 from zoo.train.losses import cross_entropy_sums
 
@@ -190,16 +189,6 @@ class TranslationTask(Task):
                                            self.config.data.target_len)
 
     def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
-        cfg, data = self.model_config, self.config.data
-        itemsize = jnp.dtype(cfg.dtype).itemsize
-        # The encoder over the source and the decoder over the target, each as a layer stack
-        # (the decoder's cross-attention is counted as a second self-attention of its size).
-        encoder = stack_activation_bytes(
-            per_device_batch, data.source_len, cfg.hidden_size, cfg.num_heads,
-            cfg.num_encoder_layers, cfg.mlp_dim, itemsize, cfg.remat, tensor_parallel,
-            cfg.backend)
-        decoder = stack_activation_bytes(
-            per_device_batch, data.target_len, cfg.hidden_size, cfg.num_heads,
-            2 * cfg.num_decoder_layers, cfg.mlp_dim, itemsize, cfg.remat, tensor_parallel,
-            cfg.backend)
-        return encoder + decoder
+        return transformer.activation_bytes(self.model_config, per_device_batch,
+                                            self.config.data.source_len,
+                                            self.config.data.target_len, tensor_parallel)
