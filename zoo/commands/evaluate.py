@@ -33,8 +33,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: loop.Task
     eval_step = loop.make_eval_step(setup)
     with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
         contract.prepare(setup.task, state.params)
-        scored = loop.evaluate(setup.task, eval_step, state.params, setup.batch_sharding,
-                               loop.make_predict_step(setup))
+        scored = loop.evaluate_split(setup.task, eval_step, state.params, setup.batch_sharding,
+                                     loop.make_predict_step(setup))
     # The evaluation's files in a step of their own, where a training run's evaluation puts them.
     contract.write_outputs(scored.files, contract.predictions_directory(workdir))
     result = {"step": int(state.step), **scored.metrics, **contract.baselines(setup.task)}

@@ -118,33 +118,40 @@ def undeclared_parts(cls: type) -> dict[type, list[str]]:
 # ---- how the loop, the dry run and the commands ask (a task without the part gets the default)
 
 def flops_per_token(task) -> float:
+    """The task's Measured.flops_per_token; 0 (unknown: no MFU) for a task without it."""
     return task.flops_per_token() if isinstance(task, Measured) else 0.0
 
 
 def activation_bytes(task, per_device_batch: int, tensor_parallel: int) -> float:
+    """The task's Measured.activation_bytes; 0 (unknown) for a task without it."""
     if not isinstance(task, Measured):
         return 0.0
     return task.activation_bytes(per_device_batch, tensor_parallel)
 
 
 def pretrained_subtree(task) -> str | None:
+    """The subtree config.train.init_from fills: FineTuning's, else None (all params)."""
     return task.pretrained_subtree() if isinstance(task, FineTuning) else None
 
 
 def frozen_subtrees(task) -> tuple[str, ...]:
+    """The subtrees the optimizer leaves unchanged: FineTuning's, else none."""
     return tuple(task.frozen_subtrees()) if isinstance(task, FineTuning) else ()
 
 
 def prepare(task, params) -> None:
+    """Runs FineTuning.prepare(params) for a task that has it."""
     if isinstance(task, FineTuning):
         task.prepare(params)
 
 
 def baselines(task) -> dict[str, float]:
+    """The task's reference figures (Baselines), else none."""
     return task.baselines() if isinstance(task, Baselines) else {}
 
 
 def samples(task, params) -> list[str]:
+    """The task's generated examples (Sampling), else none."""
     return task.samples(params) if isinstance(task, Sampling) else []
 
 

@@ -59,7 +59,8 @@ def _to_global(batch, sharding):
         raise
 
 
-def evaluate(task, eval_step, params, batch_sharding, predict_step=None) -> contract.Scored:
+def evaluate_split(task, eval_step, params, batch_sharding, predict_step=None
+                   ) -> contract.Scored:
     """One pass over the eval split: its metrics (the task's summary of the eval loss and, for a
     Predicting task given its `predict_step`, the scored predictions) and the files the scoring
     made, not yet written: the caller writes them where it decides (contract.write_outputs)."""
@@ -81,11 +82,16 @@ def evaluate(task, eval_step, params, batch_sharding, predict_step=None) -> cont
     return contract.Scored({**summary, **scored.metrics}, scored.files)
 
 
+def evaluate(task, eval_step, params, batch_sharding, predict_step=None) -> dict[str, float]:
+    """evaluate_split's metrics alone (nothing is written)."""
+    return evaluate_split(task, eval_step, params, batch_sharding, predict_step).metrics
+
+
 def evaluate_and_write(task, eval_step, params, batch_sharding, predict_step,
                        workdir: str) -> dict[str, float]:
-    """evaluate, then its files written in their own step to <workdir>/predictions; returns
-    the metrics."""
-    scored = evaluate(task, eval_step, params, batch_sharding, predict_step)
+    """evaluate_split, then its files written in their own step to <workdir>/predictions;
+    returns the metrics."""
+    scored = evaluate_split(task, eval_step, params, batch_sharding, predict_step)
     contract.write_outputs(scored.files, contract.predictions_directory(workdir))
     return scored.metrics
 
