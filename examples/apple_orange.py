@@ -1,5 +1,5 @@
-"""Seed 004's worked example, computed with zoo's attention layers: how "apple" moves toward
-"orange" in "an apple and an orange" and toward "phone" in "an apple phone".
+"""The Transformer course slides' worked example, computed with zoo's attention layers: how
+"apple" moves toward "orange" in "an apple and an orange" and toward "phone" in "an apple phone".
 
     python examples/apple_orange.py
 

@@ -184,10 +184,11 @@ def test_beam_with_all_hypotheses_is_exhaustive_search_gpt(params):
         _assert_beams_are(ref, out.tokens[b], out.lengths[b], out.scores[b])
 
 
-def test_beam_search_finds_the_seed_002_sequence_greedy_misses():
-    # Seed 002's example: greedy picks A, B, C, <eos> (0.5 * 0.4 * 0.4 * 0.6 = 0.048), but
-    # A, C, B, <eos> has 0.5 * 0.3 * 0.6 * 0.6 = 0.054. Distributions per step as in its table;
-    # only after "A C" and "A C B" do they differ (those are what make the better path).
+def test_beam_search_finds_the_slides_sequence_greedy_misses():
+    # The example of the course slides on sequence generation and attention: greedy picks A, B, C,
+    # <eos> (0.5 * 0.4 * 0.4 * 0.6 = 0.048), but A, C, B, <eos> has 0.5 * 0.3 * 0.6 * 0.6 = 0.054.
+    # Distributions per step as in its table; only after "A C" and "A C B" do they differ (those are
+    # what make the better path).
     a, b, c, vocab = 1, 4, 5, 6
 
     def probs(pa, pb, pc, peos):
@@ -537,7 +538,8 @@ def test_from_linen_needs_a_decode_model(params):
 
 
 # ---------------------------------------------------------------------------------------------
-# Seed 002's worked example: greedy search is not optimal
+# The worked example of the course slides on sequence generation and attention: greedy search is not
+# optimal
 
 
 # Vocabulary of the example: pad, bos, <eos>, A, B, C.
@@ -587,7 +589,7 @@ def _seed_table_decoder():
     return decoding.Decoder(step=SeedTableStep(), params={}, state=state, batch_axes=(0, 0))
 
 
-def test_seed_002_greedy_gets_0_048_and_beam_search_finds_0_054():
+def test_slides_greedy_gets_0_048_and_beam_search_finds_0_054():
     prompt = np.array([[_S_BOS]], np.int32)
     ends = dict(max_len=5, eos_id=_S_EOS, pad_id=_S_PAD)
     greedy = decoding.greedy(_seed_table_decoder(), prompt, **ends)
@@ -601,7 +603,7 @@ def test_seed_002_greedy_gets_0_048_and_beam_search_finds_0_054():
         log_p = float(beam.scores[0, 0]) * 4**alpha  # undo the length normalisation (L = 4)
         assert round(float(np.exp(log_p)), 3) == 0.054  # 0.5 x 0.3 x 0.6 x 0.6
     # The table also gives "A <eos>" 0.5 x 0.2 = 0.1, more than either 4-token sequence: a
-    # 3-wide beam keeps it, and by raw probability (alpha 0) it wins. Seed 002's 1/L^alpha
+    # 3-wide beam keeps it, and by raw probability (alpha 0) it wins. The slides' 1/L^alpha
     # normalisation (alpha 0.75, above) is what ranks the longer 0.054 sentence first.
     raw = decoding.beam_search(_seed_table_decoder(), prompt, beam_size=3, alpha=0.0, **ends)
     assert raw.tokens[0, 0].tolist()[:3] == [_S_BOS, _S_A, _S_EOS]

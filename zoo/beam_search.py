@@ -119,7 +119,8 @@ def beam_search(
     eos_id: int = EOS_ID,
     pad_id: int = PAD_ID,
 ) -> Decoded:
-    """Beam search with length normalisation log P(y) / L^alpha (seed 002, alpha = 0.75).
+    """Beam search with length normalisation log P(y) / L^alpha (alpha = 0.75, as in the course
+    slides on sequence generation and attention).
 
     Each step expands the K live beams by every token (K * V candidates). A candidate ending in
     EOS that ranks among the step's K best moves to the row's pool of finished hypotheses (the K

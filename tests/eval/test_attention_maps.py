@@ -324,7 +324,8 @@ def _top_h(carry):
 
 
 def _np_scores(kind, p, memory, query):
-    """Seed 002's score of each encoder output h_s (memory (S, M)) for one query (H,), float64."""
+    """The score of each encoder output h_s (memory (S, M)) for one query (H,), float64, as the
+    course slides on sequence generation and attention define it."""
     if kind == "additive":  # Bahdanau: v^T tanh(W_k h_s + W_q q)
         return np.tanh(memory @ _f64(p["key_kernel"]) + query @ _f64(p["query_kernel"])) @ _f64(
             p["v"])

@@ -25,7 +25,7 @@ SEED_HYP, SEED_REF = "A B B C D", "A B C D E F"
 SEED_BP = math.exp(1 - 6 / 5)  # l_x = 5 <= l_s = 6
 
 
-def test_seed_002_precisions_without_smoothing():
+def test_slides_precisions_without_smoothing():
     # The seed: p1 = 4/5, p2 = 3/4, p3 = 1/3, p4 = 0; BLEU-4 is then 0.
     result = bleu.corpus_bleu([SEED_HYP], [[SEED_REF]], smooth_method="none")
     assert result.counts == (4, 3, 1, 0)
@@ -36,14 +36,14 @@ def test_seed_002_precisions_without_smoothing():
     assert result.score == 0.0
 
 
-def test_seed_002_bleu_3_is_the_geometric_mean_times_bp():
+def test_slides_bleu_3_is_the_geometric_mean_times_bp():
     # Eq. 15.41 with N' = 3 and uniform weights: nothing to smooth, so the seed's formula.
     result = bleu.corpus_bleu([SEED_HYP], [[SEED_REF]], max_ngram_order=3, smooth_method="none")
     expected = 100 * SEED_BP * (4 / 5 * 3 / 4 * 1 / 3) ** (1 / 3)
     np.testing.assert_allclose(result.score, expected, rtol=1e-12)
 
 
-def test_seed_002_default_exp_smoothing():
+def test_slides_default_exp_smoothing():
     # sacrebleu's default: the first order without matches gets 1 / (2 * total) = 1/4.
     result = bleu.corpus_bleu([SEED_HYP], [[SEED_REF]])
     np.testing.assert_allclose(result.precisions, [80.0, 75.0, 100 / 3, 25.0], rtol=1e-12)

@@ -53,7 +53,7 @@ def test_lcs_length_hand_cases(a, b, length):
     assert rouge.lcs_length(list(b), list(a)) == length  # symmetric
 
 
-def test_seed_002_sentences():
+def test_slides_sentences():
     # Reference A B C D E F, prediction A B B C D (the BLEU worked example of the
     # course slides on sequence generation, read as ROUGE).
     hyp, ref = "A B B C D", "A B C D E F"

@@ -198,8 +198,9 @@ def test_logits_and_attention_match_float64_reference(case):
 @pytest.mark.parametrize("case", [CASES[0], CASES[1], CASES[4]],
                          ids=lambda c: "-".join(map(str, c.values())))
 def test_decoder_starts_from_the_encoders_final_state(case):
-    """Seed 002: h_0^dec = u = h_S^enc, per layer, taken at each row's last real token (bridged
-    for a bidirectional encoder); the memory is the top layer's outputs, zero at padding."""
+    """The course slides' seq2seq: h_0^dec = u = h_S^enc, per layer, taken at each row's last real
+    token (bridged for a bidirectional encoder); the memory is the top layer's outputs, zero at
+    padding."""
     cfg = _cfg(**case)
     params = _params(cfg)
     _, state, _ = _forward(cfg)(params, SRC, TGT_IN)

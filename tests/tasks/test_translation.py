@@ -143,9 +143,9 @@ def test_tiny_synthetic_task_reaches_bleu_90_from_the_command_line(tmp_path):
     assert "BLEU = " in proc.stdout and "tok:13a|smooth:exp" in proc.stdout
     samples = proc.stdout.split("samples:\n", 1)[1].splitlines()
     assert len(samples) == 3 and all(" -> " in s and "(reference: " in s for s in samples)
-    # Seed 004's worked examples, translated by the trained model from the command line that
-    # decodes a user's sentence: "一加三" is a training pair; "二十三减四十五" is in no split
-    # of this run's data, so the model computes 23 - 45 itself.
+    # The Transformer course slides' worked examples, translated by the trained model from the
+    # command line that decodes a user's sentence: "一加三" is a training pair; "二十三减四十五" is in no
+    # split of this run's data, so the model computes 23 - 45 itself.
     for source, english in (("一加三", "one plus three equals four"),
                             ("二十三减四十五",
                              "twenty-three minus forty-five equals negative twenty-two")):

@@ -88,3 +88,26 @@ def test_each_model_family_counts_its_output_on_top_of_the_stack():
                                    e.intermediate_size, 4, e.remat, tp, e.backend)
     assert bert.activation_bytes(e, b, t, 0, tp) == stack
     assert bert.activation_bytes(e, b, t, 5, tp) == stack + 3 * b * 5 * 120 * 4 / tp
+
+
+def test_the_encoder_decoder_families_count_their_own_activations():
+    """Translation's activations come from its model family too: the Transformer's encoder
+    stack over S plus a decoder stack of 2 L layers over T (cross-attention counted as a second
+    self-attention), and the RNN seq2seq's count grows with the source, the target and the
+    attention's keys, and splits over the tensor axis."""
+    from zoo.models import encoder_decoder, seq2seq
+
+    b, s, t, tp = 4, 24, 16, 2
+    c = encoder_decoder.config_for_size("tiny", vocab_size=100)
+    encoder = stack_activation_bytes(b, s, c.hidden_size, c.num_heads, c.num_encoder_layers,
+                                     c.mlp_dim, 4, c.remat, tp, c.backend)
+    decoder = stack_activation_bytes(b, t, c.hidden_size, c.num_heads, 2 * c.num_decoder_layers,
+                                     c.mlp_dim, 4, c.remat, tp, c.backend)
+    assert encoder_decoder.activation_bytes(c, b, s, t, tp) == encoder + decoder
+    plain = seq2seq.config_for_size("tiny", vocab_size=100, attention="none")
+    additive = seq2seq.config_for_size("tiny", vocab_size=100, attention="additive")
+    count = seq2seq.activation_bytes
+    assert count(plain, b, s, t, 1) < count(plain, b, 2 * s, t, 1) < count(plain, 2 * b, 2 * s,
+                                                                             t, 1)
+    assert count(plain, b, s, t, 1) < count(additive, b, s, t, 1)
+    assert count(plain, b, s, t, 2) < count(plain, b, s, t, 1)

@@ -1,11 +1,12 @@
 """Attention heat maps per layer and head, for one input, from any checkpoint that has them.
 
-Seeds 000 and 001 show what one encoder layer's heads do with "The animal didn't cross the street
-because it was too tired": encoding "it", one head attends mostly to "The animal", another to
-"tired". This command draws the same thing for our models: every layer (rows) and head (columns)
-as a query x key heat map, the tokens on both axes, so the row of "it" in each panel is that
-figure's picture for that head. Seed 002's classic picture, the RNN translator's alignment of
-each target word with the source words, is drawn the same way (one panel).
+The Wenzhou University Transformer lecture and the lecture notes from NNLM to BERT show what one
+encoder layer's heads do with "The animal didn't cross the street because it was too tired":
+encoding "it", one head attends mostly to "The animal", another to "tired". This command draws the
+same thing for our models: every layer (rows) and head (columns) as a query x key heat map, the
+tokens on both axes, so the row of "it" in each panel is that figure's picture for that head. The
+classic picture of the course slides on sequence generation and attention, the RNN translator's
+alignment of each target word with the source words, is drawn the same way (one panel).
 
 The families that have attention weights, and what is drawn (configs/ naming their jobs):
 

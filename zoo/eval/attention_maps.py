@@ -1,10 +1,11 @@
 """Attention weights per layer and head, for one input, read out of the models that have them.
 
-Seeds 000 and 001 show what one encoder layer's heads do with "The animal didn't cross the street
-because it was too tired": encoding "it", one head attends mostly to "The animal", another to
-"tired". This module gives the same thing for our models: every layer and head as a query x key
-matrix with the tokens on both axes (AttentionMaps), which zoo.commands.attention_plot draws and
-python -m zoo.commands.attention_maps writes as PNGs.
+The Wenzhou University Transformer lecture and the lecture notes from NNLM to BERT show what one
+encoder layer's heads do with "The animal didn't cross the street because it was too tired":
+encoding "it", one head attends mostly to "The animal", another to "tired". This module gives the
+same thing for our models: every layer and head as a query x key matrix with the tokens on both axes
+(AttentionMaps), which zoo.commands.attention_plot draws and python -m zoo.commands.attention_maps
+writes as PNGs.
 
 What each family gives (maps_for_model picks by the model's class):
 
@@ -16,8 +17,9 @@ What each family gives (maps_for_model picks by the model's class):
 * The Transformer encoder-decoder: encoder self-attention over the source (x [EOS]), decoder
   self-attention over the decoder input [BOS] y, and cross-attention from each decoder position
   to the source; decoder row t is the position that reads y_t (y_0 = BOS) and predicts y_{t+1}.
-* RNN seq2seq with attention (additive (Bahdanau), dot or general (Luong)): seed 002's
-  'alignment', one map of decoder step x source position: row t is the distribution alpha_t
+* RNN seq2seq with attention (additive (Bahdanau), dot or general (Luong)): the
+  'alignment' of the course slides on sequence generation and attention, one map of decoder
+  step x source position: row t is the distribution alpha_t
   the model sowed for the step that produced target token t.
 
 Without a target, both translators translate greedily first, and one teacher-forced forward over
@@ -330,7 +332,8 @@ def _greedy_rnn(model: seq2seq.Seq2Seq, params: Any, source: np.ndarray, max_len
 def alignment_maps(model: seq2seq.Seq2Seq, params: Any, tokenizer: Any, source: str,
                    target: str | None = None, max_len: int | None = None
                    ) -> list[AttentionMaps]:
-    """The RNN encoder-decoder's alignment (seed 002's picture): at each decoder step, the
+    """The RNN encoder-decoder's alignment (the picture in the course slides on
+    sequence generation and attention): at each decoder step, the
     distribution alpha the model computed over the source positions (Bahdanau's additive or
     Luong's dot / general score), sown by the model itself (Seq2Seq.decode, sow_weights) in a
     teacher-forced forward.

@@ -1,7 +1,7 @@
 """Corpus BLEU (Papineni et al., 2002) as the evaluation section of the course slides on sequence
 generation defines it, with sacrebleu's defaults.
 
-Seed 002 (eqs. 15.39 and 15.41), for a hypothesis x and references s^(1..K):
+The slides (eqs. 15.39 and 15.41), for a hypothesis x and references s^(1..K):
 
     p_n  = sum_w min(c_w(x), max_k c_w(s^(k))) / sum_w c_w(x)      (clipped n-gram precision)
     BP   = 1 if c > r else exp(1 - r / c)                          (brevity penalty)
@@ -14,7 +14,7 @@ formulas are applied. The numbers equal sacrebleu 2.6.0's `corpus_bleu` with the
   * tokenisation: mteval-v13a (`tokenize_13a`, sacrebleu's tokenizer_13a), after an optional
     lowercasing and stripping trailing whitespace; `tokenize='none'` splits on whitespace only;
   * r for one segment is the reference length closest to the hypothesis length, ties going to
-    the shorter one. Seed 002 says "the shortest reference length"; with one reference the two
+    the shorter one. The slides say "the shortest reference length"; with one reference the two
     agree, with several sacrebleu's (and mteval's) closest length is what every paper reports;
   * smoothing of zero-match orders: 'exp' (default, mteval's: the k-th order with no match
     gets precision 1 / (2^k * total)), 'floor' (smooth_value / total, default 0.1), 'add-k'
@@ -289,7 +289,7 @@ def _closest_ref_len(hyp_len: int, ref_lens: list[int]) -> int:
 
 
 def _brevity_penalty(sys_len: int, ref_len: int) -> float:
-    """Seed 002's b(x): 1 if c > r else exp(1 - r / c); 0 for an empty output (its limit)."""
+    """The slides' b(x): 1 if c > r else exp(1 - r / c); 0 for an empty output (its limit)."""
     if sys_len >= ref_len:  # at c == r, exp(1 - r / c) is exactly 1 as well
         return 1.0
     if sys_len == 0:

@@ -1,7 +1,7 @@
 """ROUGE-N, ROUGE-L and ROUGE-Lsum (Lin, 2004) as the evaluation section of the course slides on
 sequence generation defines them, equal to rouge-score.
 
-Seed 002 (eq. 15.42) defines ROUGE-N as n-gram recall against references s^(1..K):
+The slides (eq. 15.42) define ROUGE-N as n-gram recall against references s^(1..K):
 
     ROUGE-N = sum_k sum_w min(c_w(x), c_w(s^(k))) / sum_k sum_w c_w(s^(k))
 

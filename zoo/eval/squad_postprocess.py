@@ -233,14 +233,24 @@ def write_predictions(
     Returns:
       file kind ("predictions", "nbest", "null_odds") -> the path written.
     """
+    written = {}
+    for kind, (name, text) in prediction_files(predictions, nbest, null_odds).items():
+        written[kind] = paths.join(output_dir, name)
+        # readers see the old file or the whole new one, never a part (local or gs://)
+        paths.write_atomic(written[kind], text)
+    return written
+
+
+def prediction_files(
+    predictions: Mapping[str, str],
+    nbest: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+    null_odds: Mapping[str, float] | None = None,
+) -> dict[str, tuple[str, str]]:
+    """What write_predictions writes, without writing: file kind ("predictions", "nbest",
+    "null_odds") -> (file name, text), each kind present when given (null_odds: non-empty)."""
     contents = {"predictions": ("predictions.json", predictions),
                 "nbest": ("nbest_predictions.json", nbest),
                 "null_odds": ("null_odds.json", null_odds)}
-    written = {}
-    for kind, (name, obj) in contents.items():
-        if obj is None or (kind == "null_odds" and not obj):
-            continue
-        written[kind] = paths.join(output_dir, name)
-        # readers see the old file or the whole new one, never a part (local or gs://)
-        paths.write_atomic(written[kind], json.dumps(obj, indent=4) + "\n")
-    return written
+    return {kind: (name, json.dumps(obj, indent=4) + "\n")
+            for kind, (name, obj) in contents.items()
+            if obj is not None and not (kind == "null_odds" and not obj)}

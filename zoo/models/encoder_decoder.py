@@ -7,7 +7,8 @@ encoded by a stack of self-attention layers; the decoder embeds the target shift
 (cross-attention), and projects to target-vocabulary logits. Post-LN as the paper (pre-LN by
 config), ReLU feed-forward, dropout on every sublayer output and on the embedding + position sums.
 
-Embedding sharing (`TransformerConfig.share_embeddings`). Seed 004 ends on this question:
+Embedding sharing (`TransformerConfig.share_embeddings`). The Transformer course slides end on this
+question:
 "编码器和解码器使用的是同一套embedding还是两套？会有使用一套embedding的模型吗？
 使用两套embedding时，两套embedding如何建立联系呢" (do the encoder and decoder use one set of
 embeddings or two? are there models with one set? with two, how are they related?). Both
@@ -52,8 +53,8 @@ import numpy as np
 from zoo import decoding
 from zoo.errors import ConfigError
 from zoo.models.encoder_decoder_config import (POSITIONS, SHARE_EMBEDDINGS, SIZES,
-                                               TransformerConfig, config_for_size,
-                                               flops_per_token)
+                                               TransformerConfig, activation_bytes,
+                                               config_for_size, flops_per_token)
 from zoo.nn import masks
 from zoo.nn.embeddings import (
     Embed,
@@ -65,8 +66,8 @@ from zoo.nn.transformer import TransformerDecoder, TransformerEncoder
 
 # The config's names stay importable from here (encoder_decoder.TransformerConfig, ...).
 __all__ = ["POSITIONS", "SHARE_EMBEDDINGS", "SIZES", "EncoderDecoder", "TransformerConfig",
-           "TranslationState", "attention_weights", "config_for_size", "flops_per_token",
-           "translate", "translation_decoder", "translation_max_len"]
+           "TranslationState", "activation_bytes", "attention_weights", "config_for_size",
+           "flops_per_token", "translate", "translation_decoder", "translation_max_len"]
 
 _EMBED_AXES = ("act_batch", "act_len", "act_embed")
 
@@ -367,8 +368,8 @@ def translate(model: EncoderDecoder, params: Any, source_ids: jax.Array, *,
 
     At most a * |x| + b target tokens (EOS included) are generated, |x| the longest real source
     in the batch (`translation_max_len`). Beam search defaults to the paper's beam 4 and alpha 0.6,
-    but scores with zoo.decoding's length normalisation log P / L^alpha (seed 002), not the
-    paper's GNMT penalty ((5 + L) / 6)^alpha.
+    but scores with zoo.decoding's length normalisation log P / L^alpha (the course slides on
+    sequence generation and attention), not the paper's GNMT penalty ((5 + L) / 6)^alpha.
 
     Args:
       model, params: the EncoderDecoder and its parameters.

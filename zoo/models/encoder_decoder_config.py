@@ -1,14 +1,17 @@
 """The Transformer encoder-decoder's config (zoo.models.encoder_decoder): TransformerConfig and
-its checks, the paper's named sizes, and the training FLOPs per token the MFU is computed from.
-zoo.models.encoder_decoder re-exports every name here.
+its checks, the paper's named sizes, the training FLOPs per token the MFU is computed from and
+the activation memory the dry run counts. zoo.models.encoder_decoder re-exports every name here.
 """
 
 import dataclasses
 from typing import Any
 
+import jax.numpy as jnp
+
 from zoo.data.tokenizers.base import BOS_ID, EOS_ID, PAD_ID
 from zoo.errors import ConfigError
 from zoo.nn.attention import check_attention_fields
+from zoo.nn.transformer import stack_activation_bytes
 
 SHARE_EMBEDDINGS = ("all", "target", "none")
 POSITIONS = ("sinusoidal", "learned")
@@ -172,3 +175,19 @@ def flops_per_token(config: TransformerConfig, source_len: int, target_len: int)
                + t * d * config.target_vocab)
     attention = 2 * d * (enc * s * s + dec * (t * t / 2 + t * s))
     return 3 * 2 * (weights + attention) / (s + t)
+
+
+def activation_bytes(config: TransformerConfig, batch: int, source_len: int, target_len: int,
+                     tensor_parallel: int) -> float:
+    """Activation memory one device keeps for the backward pass of a `batch`-row micro-batch
+    (the dry run): the encoder over the S source tokens and the decoder over the T target tokens,
+    each a layer stack (zoo.nn.transformer.stack_activation_bytes; the decoder's cross-attention
+    is counted as a second self-attention of its size)."""
+    itemsize = jnp.dtype(config.dtype).itemsize
+    encoder = stack_activation_bytes(
+        batch, source_len, config.hidden_size, config.num_heads, config.num_encoder_layers,
+        config.mlp_dim, itemsize, config.remat, tensor_parallel, config.backend)
+    decoder = stack_activation_bytes(
+        batch, target_len, config.hidden_size, config.num_heads, 2 * config.num_decoder_layers,
+        config.mlp_dim, itemsize, config.remat, tensor_parallel, config.backend)
+    return encoder + decoder

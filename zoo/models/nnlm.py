@@ -8,9 +8,9 @@ distribution; optional direct connections add a linear map from the embeddings t
     y = b + W x + U tanh(d + H x),   x = (C(w_{t-1}), C(w_{t-2}), ..., C(w_{t-n+1})),
     P(w_t | w_{t-n+1} .. w_{t-1}) = softmax(y)
 
-Seed 001 ("从NNLM到Word2Vec") describes the same three steps: look up the embeddings, compute,
-output a softmax over the next word. Parameter names are the paper's: the table C, the hidden
-layer H (its bias is d), the output layer U (its bias is b), the direct connections W.
+The lecture notes from NNLM to BERT ("从NNLM到Word2Vec") describe the same three steps: look up the
+embeddings, compute, output a softmax over the next word. Parameter names are the paper's: the table
+C, the hidden layer H (its bias is d), the output layer U (its bias is b), the direct connections W.
 
 A packed row [B, T] is processed at once: position t predicts the token after t from tokens
 t, t-1, ..., t-n+2 of the same document; window slots before the document's start (or the row's

@@ -1,7 +1,8 @@
-"""The RNN encoder-decoder for translation, without attention (seed 002) or with it (Bahdanau
-et al. 2015; Luong et al. 2015).
+"""The RNN encoder-decoder for translation, without attention (the seq2seq model of the course
+slides on sequence generation and attention) or with it (Bahdanau et al. 2015; Luong et al.
+2015).
 
-Seed 002's model: "编码器是没有输出层的标准 RNN 模型 ... 编码器在上一时间步骤中的隐含状态用作
+The slides' model: "编码器是没有输出层的标准 RNN 模型 ... 编码器在上一时间步骤中的隐含状态用作
 解码器的初始隐藏状态" (the encoder is a plain RNN without an output layer; its hidden state at
 the last step is the decoder's initial state). An encoder RNN reads the source embeddings
 x_1..x_S; u = h_S^enc, and the decoder RNN starts from h_0^dec = u and reads the target shifted
@@ -17,7 +18,7 @@ attention the decoder reads every encoder output h_1..h_S (the last layer's, the
 every step through a distribution alpha_t over the real source positions (padding gets weight
 0) and the context c_t = sum_s alpha_ts h_s:
 
-* 'additive' (Bahdanau; seed 002's "注意力输出与嵌入输出拼接,以输入解码器中的第一个循环神经网络
+* 'additive' (Bahdanau; the course slides' "注意力输出与嵌入输出拼接,以输入解码器中的第一个循环神经网络
   层"): the query is the *previous* decoder state s_{t-1} (the top layer's h; s_0 = u's top
   layer), score(h_s, s_{t-1}) = v^T tanh(W_k h_s + W_q s_{t-1}), and the context is
   concatenated with the embedding of y_{t-1} as the first decoder layer's input. The output
@@ -77,8 +78,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from zoo import decoding
-from zoo.models.seq2seq_config import (ATTENTIONS, SIZES, Seq2SeqConfig, config_for_size,
-                                       flops_per_token)
+from zoo.models.seq2seq_config import (ATTENTIONS, SIZES, Seq2SeqConfig, activation_bytes,
+                                       config_for_size, flops_per_token)
 from zoo.nn.embeddings import Embed
 from zoo.nn.linear import Dense
 from zoo.nn.masks import masked_softmax
@@ -86,8 +87,8 @@ from zoo.nn.recurrent import StackedRNN
 from zoo.nn.recurrent_cells import make_cell
 
 # The config's names stay importable from here (seq2seq.Seq2SeqConfig, seq2seq.config_for_size).
-__all__ = ["ATTENTIONS", "SIZES", "DecoderState", "Seq2Seq", "Seq2SeqConfig", "attention_weights",
-           "config_for_size", "flops_per_token", "seq2seq_decoder"]
+__all__ = ["ATTENTIONS", "SIZES", "DecoderState", "Seq2Seq", "Seq2SeqConfig", "activation_bytes",
+           "attention_weights", "config_for_size", "flops_per_token", "seq2seq_decoder"]
 
 _OUT_AXES = ("act_batch", "act_len", "act_rnn_hidden")
 

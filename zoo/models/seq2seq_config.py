@@ -1,10 +1,12 @@
 """The RNN encoder-decoder's config (zoo.models.seq2seq): Seq2SeqConfig and its checks, the
-named sizes, and the training FLOPs per token the MFU is computed from. zoo.models.seq2seq
-re-exports every name here.
+named sizes, the training FLOPs per token the MFU is computed from and the activation memory
+the dry run counts. zoo.models.seq2seq re-exports every name here.
 """
 
 import dataclasses
 from typing import Any
+
+import jax.numpy as jnp
 
 from zoo.data.tokenizers.base import BOS_ID, EOS_ID, PAD_ID
 from zoo.errors import ConfigError
@@ -26,7 +28,8 @@ class Seq2SeqConfig:
       embed_dim: E, the token embedding width.
       hidden_size: H, units per layer (per direction in a bidirectional encoder).
       num_layers: stacked layers of the encoder and of the decoder (layer k initialises k).
-      attention: 'none' (seed 002), 'additive' (Bahdanau), 'dot' or 'general' (Luong).
+      attention: 'none' (the seq2seq of the course slides on sequence generation and
+        attention), 'additive' (Bahdanau), 'dot' or 'general' (Luong).
       bidirectional: a bidirectional encoder, its final states bridged to H by Dense + tanh.
       dropout_rate: see the module docstring.
       share_embeddings: one embedding table for source and target (else two).
@@ -135,3 +138,28 @@ def flops_per_token(config: Seq2SeqConfig, source_len: int, target_len: int) -> 
         attention = 0
     output = t * h * config.vocab_size
     return 3 * 2 * (encoder + decoder + attention + output) / (s + t)
+
+
+def activation_bytes(config: Seq2SeqConfig, batch: int, source_len: int, target_len: int,
+                     tensor_parallel: int) -> float:
+    """A rough count of what the backward pass keeps, per device, for a `batch`-row micro-batch
+    of S source and T target tokens (the dry run).
+
+    Each scan keeps, per step and layer, the gate pre-activations and the (c, h) carry
+    (G + 2 float32 values per unit; each direction of a bidirectional encoder counts);
+    additive attention keeps its tanh hidden layer (B, S, H) per target step and every
+    attention its weights (B, S); the logits are kept in float32 with their softmax. Hidden
+    units and the vocabulary are split over the tensor axis; embeddings are left out.
+    """
+    b, s, t = batch, source_len, target_len
+    g = _NUM_GATES[config.cell]
+    dirs = 2 if config.bidirectional else 1
+    per_unit = 4 * (g + 2) * config.hidden_size * config.num_layers
+    recurrent = b * (s * dirs + t) * per_unit
+    attention = 0
+    if config.attention != "none":
+        width = config.hidden_size + 1 if config.attention == "additive" else 1
+        attention = 4 * b * t * s * width
+    logits = 2 * 4 * b * t * config.vocab_size
+    return (recurrent + attention + logits) / max(tensor_parallel, 1) + (
+        b * s * config.memory_size * jnp.dtype(config.dtype).itemsize)

@@ -1,7 +1,7 @@
 """word2vec (Mikolov et al. 2013): CBOW and skip-gram trained with negative sampling.
 
-Seed 001 ("从NNLM到Word2Vec") describes the model as two matrices of shape
-[vocab_size, embedding_size]: the Embedding matrix, which maps a (one-hot) input word to its
+The lecture notes from NNLM to BERT ("从NNLM到Word2Vec") describe the model as two matrices of
+shape [vocab_size, embedding_size]: the Embedding matrix, which maps a (one-hot) input word to its
 vector, and the Context matrix, which scores how well a word fits as the output given that
 vector. Training pulls each input's vector towards the context vectors of the words it really
 occurs with and pushes it away from those of sampled "noise" words (the error

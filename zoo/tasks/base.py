@@ -1,4 +1,11 @@
-"""The contract between a task and the one training loop (zoo.train.loop)."""
+"""The contract between a task and the one training loop (zoo.train.loop).
+
+A task is the required core, `Task` (the model, init_batch, loss_fn, the train and eval batches;
+init_params, model_inputs, summarize and tokens_per_batch have defaults), plus the opt-in parts
+it inherits beside it (zoo.train.contract, re-exported here): Predicting (predict,
+score_predictions -> Scored), FineTuning (pretrained_subtree, frozen_subtrees, prepare),
+Sampling (samples), Baselines (baselines) and Measured (flops_per_token, activation_bytes).
+"""
 
 import abc
 from collections.abc import Iterable, Iterator
@@ -10,6 +17,11 @@ import numpy as np
 
 from zoo import paths
 from zoo.data.pipelines import batching
+from zoo.train.contract import (Baselines, FineTuning, Measured, Predicting, Sampling, Scored,
+                                undeclared_parts)
+
+__all__ = ["Baselines", "Batch", "FineTuning", "Measured", "Predicting", "Sampling", "Scored",
+           "Task", "data_cache_dir", "write_once"]
 
 Batch = dict[str, np.ndarray]
 # Moved to zoo.paths (zoo.data's synthetic caches use it, and zoo.data never imports zoo.tasks);
@@ -32,9 +44,26 @@ class Task(abc.ABC):
 
     Batches are dicts of numpy arrays whose leading axis is the batch; the loop shards that
     axis over the mesh's data axes. `loss_fn` returns sums (see zoo.train.losses), never means.
+    Anything more is an opt-in part inherited beside Task (see the module docstring).
     """
 
     model: nn.Module
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        # A task written before the contract was split defines e.g. `predict` without
+        # inheriting Predicting: the loop would never call it, so say what to declare.
+        missing = undeclared_parts(cls)
+        if missing:
+            found = "; ".join(f"{', '.join(members)} (part {part.__name__})"
+                              for part, members in missing.items())
+            parts = ", ".join(part.__name__ for part in missing)
+            raise TypeError(
+                f"task {cls.__module__}.{cls.__qualname__} defines {found} without declaring "
+                f"the part, so the loop would never call them: inherit it beside Task, "
+                f"`class {cls.__name__}(Task, {parts})` (from zoo.tasks.base), and have "
+                "Predicting.score_predictions return Scored(metrics, files) rather than "
+                "writing files")
 
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         self.config = config
@@ -72,27 +101,6 @@ class Task(abc.ABC):
         return batching.eval_batches(self.eval_rows, self.config.data.eval_batch_size,
                                      process_index, process_count)
 
-    # Optional: tasks whose metrics need the model's outputs on the whole eval split (SQuAD
-    # EM/F1) define predict; the loop gathers its outputs and passes them to score_predictions.
-    predict = None
-
-    def score_predictions(self, outputs: dict[str, np.ndarray]) -> dict[str, float]:
-        """Metrics from the concatenated `predict` outputs of every eval batch (in order)."""
-        return {}
-
-    def pretrained_subtree(self) -> str | None:
-        """The params subtree config.train.init_from fills (None: all of them)."""
-        return None
-
-    def frozen_subtrees(self) -> tuple[str, ...]:
-        """Top-level params subtrees the optimizer leaves unchanged (e.g. a frozen encoder)."""
-        return ()
-
-    def prepare(self, params) -> None:
-        """Called with the run's params (initialised, restored or loaded) before the first step
-        and before evaluation: the place for work that needs them once, such as extracting a
-        frozen encoder's features. Runs inside the mesh and logical-axis-rules context."""
-
     def init_params(self, rng: jax.Array):
         batch = self.init_batch()
         return self.model.init({"params": rng, "dropout": rng}, **self.model_inputs(batch))[
@@ -105,24 +113,6 @@ class Task(abc.ABC):
     def tokens_per_batch(self) -> int:
         """Tokens in one global batch (the unit of flops_per_token)."""
         return self.config.data.batch_size * self.config.data.seq_len
-
-    def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
-        """Activation memory of one device's micro-batch for the backward pass (dry run): the
-        model family's activation_bytes (zoo/models/<family>.py, beside flops_per_token) given
-        this job's shapes; 0 = unknown."""
-        return 0.0
-
-    def flops_per_token(self) -> float:
-        """Training FLOPs per token (forward + backward) for MFU; 0 = unknown, MFU not shown."""
-        return 0.0
-
-    def samples(self, params) -> list[str]:
-        """Generated examples to show a person (e.g. sampled text); none by default."""
-        return []
-
-    def baselines(self) -> dict[str, float]:
-        """Reference figures a trained model should beat (e.g. a unigram model's perplexity)."""
-        return {}
 
     def summarize(self, sums: dict[str, float]) -> dict[str, float]:
         """Turns summed eval metrics into reported values (means, perplexity, ...)."""

@@ -38,7 +38,7 @@ from zoo.data.readers import word2vec as w2v_data
 from zoo.errors import ConfigError
 from zoo.models import elmo
 from zoo.models.elmo import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID
-from zoo.tasks.base import Batch, Task
+from zoo.tasks.base import Baselines, Batch, Measured, Task
 from zoo.train.losses import cross_entropy_sums
 
 # A sentence ends at . ! or ? followed by white space (enough for the synthetic world's text and
@@ -140,7 +140,7 @@ def direction_weights(ids, lengths, weights, xp=jnp):
     return forward.astype(xp.float32), backward.astype(xp.float32)
 
 
-class BiLMTask(Task):
+class BiLMTask(Task, Baselines, Measured):
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         super().__init__(config, workdir)
         data = config.data

@@ -29,8 +29,8 @@ from zoo.eval import classification_metrics
 from zoo.models import elmo
 from zoo.models import word2vec as w2v
 from zoo.tasks import elmo as elmo_task
-from zoo.tasks.base import Batch, Task
-from zoo.tasks.classification import score_and_write_predictions
+from zoo.tasks.base import Baselines, Batch, FineTuning, Predicting, Scored, Task
+from zoo.tasks.classification import score_classification
 from zoo.train.losses import cross_entropy_sums
 
 _SUBTREE = {"elmo": "bilm", "word2vec": "embedding"}
@@ -49,7 +49,7 @@ def word2vec_rows(vocab: w2v_data.Vocabulary, texts: list[list[str]], seq_len: i
     return {"ids": ids, "lengths": lengths}
 
 
-class FeatureClassificationTask(Task):
+class FeatureClassificationTask(Task, Predicting, FineTuning, Baselines):
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         super().__init__(config, workdir)
         self.kind = config.features.kind
@@ -149,10 +149,9 @@ class FeatureClassificationTask(Task):
         n = max(sums["weight_sum"], 1.0)
         return {"loss": sums["loss_sum"] / n, "accuracy": 100.0 * sums["correct_sum"] / n}
 
-    def score_predictions(self, outputs: dict[str, np.ndarray]) -> dict[str, float]:
-        return score_and_write_predictions(
-            self.workdir, self.eval_examples, self.labels, self.eval_rows["label"],
-            outputs["logits"])
+    def score_predictions(self, outputs: dict[str, np.ndarray]) -> Scored:
+        return score_classification(self.eval_examples, self.labels, self.eval_rows["label"],
+                                    outputs["logits"])
 
     def baselines(self) -> dict[str, float]:
         """Accuracy of always predicting the training set's most frequent label."""

@@ -41,8 +41,8 @@ from zoo.errors import ConfigError, DataError
 from zoo.eval import classification_metrics
 from zoo.models import gpt, gpt_classifier
 from zoo.tasks import bert_encoder
-from zoo.tasks.base import Batch, Task
-from zoo.tasks.classification import score_and_write_predictions
+from zoo.tasks.base import Baselines, Batch, FineTuning, Predicting, Scored, Task
+from zoo.tasks.classification import score_classification
 from zoo.train import checkpoint
 from zoo.train.losses import cross_entropy_sums
 
@@ -157,7 +157,7 @@ def _checkpoint_shapes(workdir: str) -> dict[str, tuple[int, ...]]:
         key in saved for key in keys.values()) else {}
 
 
-class GPTClassificationTask(Task):
+class GPTClassificationTask(Task, Predicting, FineTuning, Baselines):
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         super().__init__(config, workdir)
         data = config.data
@@ -332,10 +332,9 @@ class GPTClassificationTask(Task):
                 "lm_loss": sums["lm_loss_sum"] / n,
                 "accuracy": 100.0 * sums["correct_sum"] / n}
 
-    def score_predictions(self, outputs: dict[str, np.ndarray]) -> dict[str, float]:
-        return score_and_write_predictions(
-            self.workdir, self.eval_examples, self.labels, self.eval_rows["label"],
-            outputs["logits"])
+    def score_predictions(self, outputs: dict[str, np.ndarray]) -> Scored:
+        return score_classification(self.eval_examples, self.labels, self.eval_rows["label"],
+                                    outputs["logits"])
 
     def baselines(self) -> dict[str, float]:
         """Accuracy of always predicting the training set's most frequent label."""

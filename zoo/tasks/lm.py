@@ -14,11 +14,11 @@ from zoo.data.tokenizers import base as tokenizers
 from zoo.data.tokenizers.base import BOS_ID
 from zoo.errors import ConfigError
 from zoo.models import gpt
-from zoo.tasks.base import Batch, Task
+from zoo.tasks.base import Baselines, Batch, Measured, Sampling, Task
 from zoo.train.losses import cross_entropy_sums
 
 
-class LanguageModelTask(Task):
+class LanguageModelTask(Task, Sampling, Baselines, Measured):
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         super().__init__(config, workdir)
         data = config.data

@@ -17,11 +17,11 @@ import numpy as np
 
 from zoo.data.pipelines import pretraining_batches, pretraining_data, run_order
 from zoo.models import bert
-from zoo.tasks.base import Batch, Task
+from zoo.tasks.base import Baselines, Batch, Measured, Task
 from zoo.train.losses import cross_entropy_sums
 
 
-class PretrainingTask(Task):
+class PretrainingTask(Task, Baselines, Measured):
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         super().__init__(config, workdir)
         data = config.data

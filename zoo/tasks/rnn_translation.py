@@ -7,8 +7,6 @@ scored by BLEU, ROUGE and exact match, so the two families' figures compare dire
 seams differ: the model built from config.model, its zoo.decoding.Decoder, and the cost figures.
 """
 
-import jax.numpy as jnp
-
 from zoo import decoding
 from zoo.models import seq2seq
 from zoo.tasks.translation import TranslationTask
@@ -31,24 +29,6 @@ class RNNTranslationTask(TranslationTask):
                                        self.config.data.target_len)
 
     def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
-        """A rough count of what the backward pass keeps, per device.
-
-        Each scan keeps, per step and layer, the gate pre-activations and the (c, h) carry
-        (G + 2 float32 values per unit; each direction of a bidirectional encoder counts);
-        additive attention keeps its tanh hidden layer (B, S, H) per target step and every
-        attention its weights (B, S); the logits are kept in float32 with their softmax. Hidden
-        units and the vocabulary are split over the tensor axis; embeddings are left out.
-        """
-        cfg, data = self.model_config, self.config.data
-        b, s, t = per_device_batch, data.source_len, data.target_len
-        g = {"lstm": 4, "gru": 3, "rnn": 1}[cfg.cell]
-        dirs = 2 if cfg.bidirectional else 1
-        per_unit = 4 * (g + 2) * cfg.hidden_size * cfg.num_layers
-        recurrent = b * (s * dirs + t) * per_unit
-        attention = 0
-        if cfg.attention != "none":
-            width = cfg.hidden_size + 1 if cfg.attention == "additive" else 1
-            attention = 4 * b * t * s * width
-        logits = 2 * 4 * b * t * cfg.vocab_size
-        return (recurrent + attention + logits) / max(tensor_parallel, 1) + (
-            b * s * cfg.memory_size * jnp.dtype(cfg.dtype).itemsize)
+        return seq2seq.activation_bytes(self.model_config, per_device_batch,
+                                        self.config.data.source_len, self.config.data.target_len,
+                                        tensor_parallel)

@@ -3,7 +3,8 @@
 Training: cross-entropy of the start and of the end position over each window's tokens (the
 [CLS] position when the window misses the answer or the question is unanswerable), averaged.
 Evaluation: the loop's eval loss plus the official EM/F1 after BERT's post-processing, with
-predictions.json / nbest_predictions.json / null_odds.json written to <workdir>/predictions.
+predictions.json / nbest_predictions.json / null_odds.json, which the evaluation writes to
+<workdir>/predictions.
 """
 
 import json
@@ -20,7 +21,8 @@ from zoo.errors import ConfigError, MissingFileError
 from zoo.eval import squad_metrics, squad_postprocess
 from zoo.models import bert
 from zoo.tasks import bert_encoder
-from zoo.tasks.base import Batch, Task, data_cache_dir
+from zoo.tasks.base import (Batch, FineTuning, Measured, Predicting, Scored, Task,
+                            data_cache_dir)
 from zoo.train.losses import cross_entropy_sums
 
 _INPUTS = ("input_ids", "token_type_ids", "attention_mask")
@@ -109,7 +111,7 @@ def _open_prepared(data: ml_collections.ConfigDict):
     return saved_tokenizer.load(root / "tokenizer"), train, validation, examples
 
 
-class SquadTask(Task):
+class SquadTask(Task, Predicting, FineTuning, Measured):
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         super().__init__(config, workdir)
         data = config.data
@@ -165,8 +167,9 @@ class SquadTask(Task):
         return {"loss": sums["loss_sum"] / n, "start_accuracy": sums["start_correct_sum"] / n,
                 "end_accuracy": sums["end_correct_sum"] / n}
 
-    def score_predictions(self, outputs: dict[str, np.ndarray]) -> dict[str, float]:
-        """Official EM/F1 of the eval split from the window logits; writes the official files."""
+    def score_predictions(self, outputs: dict[str, np.ndarray]) -> Scored:
+        """Official EM/F1 of the eval split from the window logits, and the official files
+        (predictions.json, nbest_predictions.json, null_odds.json for v2.0, metrics.json)."""
         n = len(self.eval_features["input_ids"])
         version_2 = self.config.data.version == "2.0"
         predictions, nbest, null_odds = squad_postprocess.postprocess(
@@ -177,11 +180,10 @@ class SquadTask(Task):
         dataset = _as_dataset(self.eval_examples)
         metrics = squad_metrics.evaluate(dataset, predictions, na_probs=null_odds if version_2
                                       else None, version="2.0" if version_2 else "1.1")
-        squad_postprocess.write_predictions(paths.join(self.workdir, "predictions"), predictions,
-                                     nbest, null_odds if version_2 else None)
-        paths.write_atomic(paths.join(self.workdir, "predictions", "metrics.json"),
-                           json.dumps(metrics, indent=2))
-        return {k: float(v) for k, v in metrics.items()}
+        files = dict(squad_postprocess.prediction_files(
+            predictions, nbest, null_odds if version_2 else None).values())
+        files["metrics.json"] = json.dumps(metrics, indent=2)
+        return Scored({k: float(v) for k, v in metrics.items()}, files)
 
     def tokens_per_batch(self) -> int:
         return self.config.data.batch_size * self.config.data.seq_len

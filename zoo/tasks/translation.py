@@ -5,7 +5,7 @@ label_smoothing, 0.1 as the paper) over one joint SentencePiece vocabulary train
 sides. Evaluation: loss, perplexity and token accuracy, then every eval source is decoded
 (greedy or beam search, config.eval) and scored against its reference: corpus BLEU with
 sacrebleu's defaults and signature (zoo.eval.bleu), ROUGE-1/2/L (zoo.eval.rouge) and the share
-of exact translations; the hypotheses go to <workdir>/predictions/hypotheses.txt.
+of exact translations; the evaluation writes the hypotheses to <workdir>/predictions/hypotheses.txt.
 
 Data: the synthetic arithmetic task (zoo.data.synthetic.translation, written as TSV files and
 read back like a user's), parallel text files (zoo.data.readers.parallel), or a TFDS translation
@@ -19,22 +19,21 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zoo import decoding, paths
+from zoo import decoding
 from zoo.data.pipelines import batching
 from zoo.data.readers import parallel
 from zoo.data.tokenizers import base as tokenizers
 from zoo.errors import ConfigError
 from zoo.eval import bleu, rouge
 from zoo.models import encoder_decoder as transformer
-from zoo.nn.transformer import stack_activation_bytes
-from zoo.tasks.base import Batch, Task
+from zoo.tasks.base import Batch, Measured, Predicting, Sampling, Scored, Task
 from zoo.train.losses import cross_entropy_sums
 
 _TRAIN_KEYS = ("source_ids", "target_input_ids", "target_ids", "target_weights")
 _DECODE_METHODS = ("greedy", "beam")
 
 
-class TranslationTask(Task):
+class TranslationTask(Task, Predicting, Sampling, Measured):
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         super().__init__(config, workdir)
         data = config.data
@@ -128,7 +127,7 @@ class TranslationTask(Task):
             texts.append(self.tokenizer.decode(row[:limit]))
         return texts
 
-    def score_predictions(self, outputs: dict[str, np.ndarray]) -> dict[str, float]:
+    def score_predictions(self, outputs: dict[str, np.ndarray]) -> Scored:
         n = len(self.eval_pairs)
         hypotheses = self._texts(outputs["tokens"][:n], self.eval_rows["source_lengths"])
         references = [target for _, target in self.eval_pairs]
@@ -142,14 +141,11 @@ class TranslationTask(Task):
                    "exact": 100.0 * float(np.mean([h == r for h, r in
                                                    zip(hypotheses, references)]))}
         if jax.process_index() == 0:
-            directory = paths.join(self.workdir, "predictions")
-            paths.write_atomic(paths.join(directory, "hypotheses.txt"),
-                               "".join(h + "\n" for h in hypotheses))
-            paths.write_atomic(paths.join(directory, "bleu.json"), json.dumps(
-                {"bleu": score.score, "signature": score.signature, "summary": str(score),
-                 **metrics}, indent=2))
             print(f"{score} {score.signature}", flush=True)
-        return metrics
+        return Scored(metrics, {
+            "hypotheses.txt": "".join(h + "\n" for h in hypotheses),
+            "bleu.json": json.dumps({"bleu": score.score, "signature": score.signature,
+                                     "summary": str(score), **metrics}, indent=2)})
 
     def samples(self, params) -> list[str]:
         """A few eval sources with their translation and reference."""
@@ -190,16 +186,6 @@ class TranslationTask(Task):
                                            self.config.data.target_len)
 
     def activation_bytes(self, per_device_batch: int, tensor_parallel: int) -> float:
-        cfg, data = self.model_config, self.config.data
-        itemsize = jnp.dtype(cfg.dtype).itemsize
-        # The encoder over the source and the decoder over the target, each as a layer stack
-        # (the decoder's cross-attention is counted as a second self-attention of its size).
-        encoder = stack_activation_bytes(
-            per_device_batch, data.source_len, cfg.hidden_size, cfg.num_heads,
-            cfg.num_encoder_layers, cfg.mlp_dim, itemsize, cfg.remat, tensor_parallel,
-            cfg.backend)
-        decoder = stack_activation_bytes(
-            per_device_batch, data.target_len, cfg.hidden_size, cfg.num_heads,
-            2 * cfg.num_decoder_layers, cfg.mlp_dim, itemsize, cfg.remat, tensor_parallel,
-            cfg.backend)
-        return encoder + decoder
+        return transformer.activation_bytes(self.model_config, per_device_batch,
+                                            self.config.data.source_len,
+                                            self.config.data.target_len, tensor_parallel)

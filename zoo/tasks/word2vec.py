@@ -27,7 +27,7 @@ from zoo.data.readers import word2vec as w2v_data
 from zoo.data.synthetic.world import ENTITY_TYPES, make_world
 from zoo.errors import ConfigError
 from zoo.models import word2vec as w2v
-from zoo.tasks.base import Batch, Task
+from zoo.tasks.base import Baselines, Batch, Measured, Predicting, Sampling, Scored, Task
 
 
 def neighbour_purity(vectors: np.ndarray, labels: np.ndarray, k: int) -> dict[str, float]:
@@ -48,7 +48,7 @@ def neighbour_purity(vectors: np.ndarray, labels: np.ndarray, k: int) -> dict[st
     return {"macro": float(macro), "micro": float(same.mean())}
 
 
-class Word2VecTask(Task):
+class Word2VecTask(Task, Predicting, Sampling, Baselines, Measured):
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         super().__init__(config, workdir)
         data = config.data
@@ -71,11 +71,9 @@ class Word2VecTask(Task):
         # Uniform draws searched in this table give the negatives (in the device step).
         self.noise_cdf = w2v_data.noise_cdf(self.vocab.counts, data.noise_power)
         self.probe_ids, self.probe_types = self._probes()
-        if len(self.probe_ids) >= 2:
-            self.eval_rows = self._with_probes(eval_rows)
-        else:
-            self.eval_rows = eval_rows
-            self.predict = None  # no purity without entity words (e.g. a text corpus)
+        # Without two entity words (e.g. a text corpus) there is no purity: the probe column
+        # weighs 0 throughout and score_predictions reports nothing.
+        self.eval_rows = self._with_probes(eval_rows)
         self.sample_ids = self._sample_ids()
         model_kw = {k: v for k, v in config.model.to_dict().items() if k != "size"}
         self.model_config = w2v.config_for_size(config.model.size,
@@ -163,14 +161,20 @@ class Word2VecTask(Task):
         vectors = self.model.apply({"params": params}, batch["probe"], method="embed")
         return {"vectors": vectors, "probe_weights": batch["probe_weights"]}
 
-    def score_predictions(self, outputs: dict[str, np.ndarray]) -> dict[str, float]:
+    def _has_purity(self) -> bool:
+        return len(self.probe_ids) >= 2
+
+    def score_predictions(self, outputs: dict[str, np.ndarray]) -> Scored:
+        if not self._has_purity():
+            return Scored({})
         vectors = outputs["vectors"][outputs["probe_weights"] > 0]  # the probes, in order
         purity = neighbour_purity(vectors, self.probe_types, self.config.eval.purity_k)
-        return {"neighbour_purity": purity["macro"], "neighbour_purity_micro": purity["micro"]}
+        return Scored({"neighbour_purity": purity["macro"],
+                       "neighbour_purity_micro": purity["micro"]})
 
     def baselines(self) -> dict[str, float]:
         """Neighbour purity of random Gaussian vectors for the same words (mean of 5 draws)."""
-        if self.predict is None:
+        if not self._has_purity():
             return {}
         rng = np.random.default_rng(self.config.data.seed)
         draws = [neighbour_purity(rng.standard_normal((len(self.probe_ids),

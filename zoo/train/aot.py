@@ -18,7 +18,7 @@ import ml_collections
 from zoo.errors import ConfigError
 from zoo.train import collectives as collectives_lib
 from zoo.train import flops as flops_lib
-from zoo.train import partitioning, program, topologies
+from zoo.train import contract, partitioning, program, topologies
 
 
 class DoesNotFitError(ConfigError):
@@ -109,7 +109,7 @@ def compile_train_step(task, config: ml_collections.ConfigDict,
         alias_bytes=float(memory.alias_size_in_bytes),
         temp_bytes=float(memory.temp_size_in_bytes),
         executed_flops=executed / mesh.size,
-        model_flops=task.flops_per_token() * task.tokens_per_batch() / mesh.size,
+        model_flops=contract.flops_per_token(task) * task.tokens_per_batch() / mesh.size,
         collectives=collectives_lib.collectives(hlo),
         compile_seconds=seconds, hlo=hlo)
 

@@ -15,7 +15,7 @@ import jax
 import ml_collections
 import numpy as np
 
-from zoo.train import partitioning, program
+from zoo.train import contract, partitioning, program
 
 
 def _bytes_per_device(abstract_tree, shardings, mesh) -> float:
@@ -54,9 +54,9 @@ def report(config: ml_collections.ConfigDict, workdir: str,
         "param_bytes_per_device": _bytes_per_device(state.params, shardings.params, mesh),
         "optimizer_bytes_per_device": _bytes_per_device(state.opt_state, shardings.opt_state,
                                                         mesh),
-        "activation_bytes_per_device": task.activation_bytes(per_device_batch,
-                                                             mesh.shape["tensor"]),
-        "flops_per_step": task.flops_per_token() * task.tokens_per_batch(),
+        "activation_bytes_per_device": contract.activation_bytes(task, per_device_batch,
+                                                                 mesh.shape["tensor"]),
+        "flops_per_step": contract.flops_per_token(task) * task.tokens_per_batch(),
     }
     # During the update the gradients and the optimizer's update (each param-sized) are live
     # beside the params.

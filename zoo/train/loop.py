@@ -20,16 +20,17 @@ from jax.experimental import multihost_utils
 from zoo import paths
 from zoo.errors import ConfigError, UserError
 from zoo.train import metrics as metrics_lib
-from zoo.train import (compile_cache, dry_run, flops, init_from, optim, partitioning, program,
-                       recipe, step)
+from zoo.train import (compile_cache, contract, dry_run, flops, init_from, optim, partitioning,
+                       program, recipe, step)
 from zoo.train import watchdog as watchdog_lib
 from zoo.train.checkpoint import Checkpointer
 from zoo.train.state import TrainState
 
 NONFINITE_POLICIES = ("skip", "stop")
 
-# Builds the job's task from (config, workdir): a Task subclass (the contract in tasks/base.py)
-# as the task registry returns it, or any callable returning such a task.
+# Builds the job's task from (config, workdir): a Task subclass (the core in tasks/base.py, the
+# opt-in parts in zoo.train.contract) as the task registry returns it, or any callable returning
+# such a task.
 TaskFactory = Callable[[ml_collections.ConfigDict, str], Any]
 
 
@@ -58,7 +59,11 @@ def _to_global(batch, sharding):
         raise
 
 
-def evaluate(task, eval_step, params, batch_sharding, predict_step=None) -> dict[str, float]:
+def evaluate_split(task, eval_step, params, batch_sharding, predict_step=None
+                   ) -> contract.Scored:
+    """One pass over the eval split: its metrics (the task's summary of the eval loss and, for a
+    Predicting task given its `predict_step`, the scored predictions) and the files the scoring
+    made, not yet written: the caller writes them where it decides (contract.write_outputs)."""
     history, outputs = [], []
     for batch in task.eval_batches(jax.process_index(), jax.process_count()):
         batch = _to_global(batch, batch_sharding)
@@ -68,10 +73,27 @@ def evaluate(task, eval_step, params, batch_sharding, predict_step=None) -> dict
             outputs.append(multihost_utils.process_allgather(predict_step(params, batch),
                                                              tiled=True))
     summary = task.summarize(metrics_lib.sum_metrics(history))
-    if outputs:
-        summary.update(task.score_predictions(
-            {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}))
-    return summary
+    if not outputs:
+        return contract.Scored(summary)
+    scored = task.score_predictions(
+        {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]})
+    if not isinstance(scored, contract.Scored):  # metrics alone: a task with no files
+        scored = contract.Scored(dict(scored))
+    return contract.Scored({**summary, **scored.metrics}, scored.files)
+
+
+def evaluate(task, eval_step, params, batch_sharding, predict_step=None) -> dict[str, float]:
+    """evaluate_split's metrics alone (nothing is written)."""
+    return evaluate_split(task, eval_step, params, batch_sharding, predict_step).metrics
+
+
+def evaluate_and_write(task, eval_step, params, batch_sharding, predict_step,
+                       workdir: str) -> dict[str, float]:
+    """evaluate_split, then its files written in their own step to <workdir>/predictions;
+    returns the metrics."""
+    scored = evaluate_split(task, eval_step, params, batch_sharding, predict_step)
+    contract.write_outputs(scored.files, contract.predictions_directory(workdir))
+    return scored.metrics
 
 
 @dataclasses.dataclass
@@ -131,7 +153,8 @@ def make_eval_step(setup: Setup):
 
 
 def make_predict_step(setup: Setup):
-    if setup.task.predict is None:
+    """The jitted predict step of a Predicting task (zoo.train.contract); None for any other."""
+    if not isinstance(setup.task, contract.Predicting):
         return None
     return jax.jit(setup.task.predict,
                    in_shardings=(setup.state_sharding.params, setup.batch_sharding))
@@ -218,17 +241,18 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
     if checkpointer.latest_step() is not None:
         state = checkpointer.restore(state, batches, quarantine=True)
     elif train_cfg.init_from:
-        state = init_from.init_params(train_cfg.init_from, state, task.pretrained_subtree())
+        state = init_from.init_params(train_cfg.init_from, state,
+                                      contract.pretrained_subtree(task))
     with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
-        task.prepare(state.params)
+        contract.prepare(task, state.params)
     start, total = int(state.step), train_cfg.steps
     writer = metrics_lib.MetricsWriter(workdir, tensorboard=train_cfg.tensorboard)
     peak = metrics_lib.peak_flops(setup.mesh.devices.flat, train_cfg.peak_flops)
     progress = metrics_lib.Progress(
-        total, start_step=start, flops_per_token=task.flops_per_token(), peak_flops=peak,
+        total, start_step=start, flops_per_token=contract.flops_per_token(task), peak_flops=peak,
         executed_flops_per_token=_executed_flops_per_token(setup, train_step) if peak else 0.0,
     )
-    baselines = task.baselines()
+    baselines = contract.baselines(task)
     if jax.process_index() == 0:
         num_params = sum(x.size for x in jax.tree.leaves(state.params))
         print(f"{config.task}: {num_params:,} parameters on mesh {dict(setup.mesh.shape)}, "
@@ -281,8 +305,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
                     history = []
                 if done % train_cfg.eval_every == 0 or done == total:
                     with watchdog.phase("eval", done):
-                        summary = evaluate(task, eval_step, state.params, batch_sharding,
-                                           predict_step)
+                        summary = evaluate_and_write(task, eval_step, state.params,
+                                                     batch_sharding, predict_step, workdir)
                     writer.write(done, "eval", summary)
                     _print_eval(done, summary)
                     _maybe_save_best(best, done, state, summary)
@@ -296,7 +320,8 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
                               "exiting (rerun the same command to resume)", flush=True)
                     return summary
             if start >= total:  # resumed a finished run: report its final eval again
-                summary = evaluate(task, eval_step, state.params, batch_sharding, predict_step)
+                summary = evaluate_and_write(task, eval_step, state.params, batch_sharding,
+                                             predict_step, workdir)
             print_samples(task, state.params)
     finally:
         # Waits for async saves: a checkpoint the log announced is on disk before we return.
@@ -348,7 +373,7 @@ def _stop_if_told(done: int, step_metrics, train_cfg, checkpointer: Checkpointer
 
 
 def print_samples(task, params) -> None:
-    texts = task.samples(params)
+    texts = contract.samples(task, params)
     if texts and jax.process_index() == 0:
         print("samples:", flush=True)
         for text in texts:

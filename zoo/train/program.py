@@ -17,13 +17,13 @@ import jax
 import ml_collections
 import optax
 
-from zoo.train import optim, partitioning, step
+from zoo.train import contract, optim, partitioning, step
 from zoo.train.state import TrainState
 
 
 def make_optimizer(task, config: ml_collections.ConfigDict) -> optax.GradientTransformation:
     """The job's optimizer (config.optim), leaving the task's frozen subtrees unchanged."""
-    return optim.make_optimizer(config.optim, frozen=task.frozen_subtrees())
+    return optim.make_optimizer(config.optim, frozen=contract.frozen_subtrees(task))
 
 
 def init_state_fn(task, optimizer: optax.GradientTransformation) -> Callable[[jax.Array], Any]:

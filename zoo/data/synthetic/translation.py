@@ -1,8 +1,8 @@
 """A seeded, offline translation task: arithmetic in Chinese numerals -> English sentences.
 
-Seed 004's translation example is "一加三" -> "one plus three equals four": the encoder reads the
-Chinese, the decoder writes the English. Here every pair is such a problem, and the English
-states the answer, so a model must compute it, not just translate word for word::
+The Transformer course slides' translation example is "一加三" -> "one plus three equals four": the
+encoder reads the Chinese, the decoder writes the English. Here every pair is such a problem, and
+the English states the answer, so a model must compute it, not just translate word for word::
 
     一加三            -> one plus three equals four
     二十三减四十五    -> twenty-three minus forty-five equals negative twenty-two
