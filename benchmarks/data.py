@@ -7,7 +7,7 @@ consumes on a named accelerator host at a given MFU.
 
 Supply (one stage per input pipeline, each measured with 0 = threads in this process and 1..N
 grain worker processes, zoo.data.pipelines.batching.iterate):
-  pretraining_static   zoo.data.pipelines.pretraining_batches.train_iterator over a cache made by
+  pretraining_static   zoo.data.pipelines.pretraining.batches.train_iterator over a cache made by
                        zoo.data.pipelines.pretraining.prepare (masks stored on disk)
   pretraining_dynamic  the same with dynamic_masking (masks drawn per batch)
   squad                zoo.tasks.squad.SquadTask's train_batches (featurized windows in memory)
@@ -246,7 +246,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     # Preparation: a corpus of ~0.25 MB (quick) or ~3.8 MB (1x; 8x ~30 MB), shards of shard_mb.
     args.prepare_entities, args.shard_mb = (1000, 0.1) if args.quick else (20000, 4.0)
     from configs import bert_pretrain
-    from zoo.data.pipelines import run_order
+    from zoo.data.pipelines.pretraining import run_order
 
     pretrain_data = bert_pretrain.get_config("size=base").data
     args.run_rows = args.run_rows or run_order.resolve_run_rows(pretrain_data.read_run_rows,

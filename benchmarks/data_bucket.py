@@ -11,7 +11,7 @@ tests/ (a checkout's directory, as benchmarks/ is): benchmarks run from a checko
 does not depend on it, and the figures are measured against the server the acceptance tests
 check the same reads on.
 
-Then zoo.data.pipelines.pretraining_batches.train_iterator (threads in this process, run_rows =
+Then zoo.data.pipelines.pretraining.batches.train_iterator (threads in this process, run_rows =
 config.data.read_run_rows, read_ahead_mb = config.data.read_ahead_mb) reads it as 1 and as 4
 simulated hosts (process_index / process_count; the hosts run one after another, each alone on
 this box), from the bucket and from local disk. Per host:
@@ -33,7 +33,7 @@ import tempfile
 import threading
 import time
 
-from zoo.data.pipelines.preparation_space import bytes_under
+from zoo.data.pipelines.pretraining.free_space import bytes_under
 
 HOST_COUNTS = (1, 4)
 
@@ -91,7 +91,7 @@ def _data_offsets(local_dir: str, shards: int) -> list[int]:
     """Where each shard file's records start (after its .npy header)."""
     import numpy as np
 
-    from zoo.data.pipelines import pretraining_store
+    from zoo.data.pipelines.pretraining import store as pretraining_store
 
     offsets = []
     for shard in range(shards):
@@ -133,7 +133,9 @@ def _account(requests: list[dict], wanted: list[tuple[int, int, int]], offsets: 
 
 
 def _host(path: str, server, hosts: int, index: int, args, offsets) -> dict:
-    from zoo.data.pipelines import pretraining_batches, pretraining_store, run_order
+    from zoo.data.pipelines.pretraining import batches as pretraining_batches
+    from zoo.data.pipelines.pretraining import store as pretraining_store
+    from zoo.data.pipelines.pretraining import run_order
 
     remote = server is not None
     mark = _settled(server) if remote else 0
@@ -196,7 +198,8 @@ def stage(args, progress) -> list[dict]:
     from benchmarks import data_corpus
     from tests.gcs_server import GcsServer
     from zoo import paths
-    from zoo.data.pipelines import pretraining, pretraining_examples
+    from zoo.data.pipelines import pretraining
+    from zoo.data.pipelines.pretraining import examples as pretraining_examples
     from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 
     docs = data_corpus.documents(args.entities)

@@ -93,7 +93,7 @@ def table(records: list[dict]) -> str:
 
 def _child(corpus: str, vocab: str, workers: int, shard_mb: float, out: str) -> None:
     from zoo.data.pipelines import pretraining
-    from zoo.data.pipelines.pretraining_examples import Settings
+    from zoo.data.pipelines.pretraining.examples import Settings
     from zoo.data.readers import corpus_pieces
     from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 

@@ -88,7 +88,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         # prepared), the runs shuffled each epoch: from a bucket, one ranged GET per run, so a
         # host of 1,024 rows per step sends ~65 small requests instead of 1,024. 1 = every row
         # drawn on its own; 0 = batch_size // 64 between 1 and 16, so every batch draws at
-        # least 64 runs (tiny: 1; BERT's 256: 4; 1,024 and up: 16; zoo.data.pipelines.run_order).
+        # least 64 runs (tiny: 1; BERT's 256: 4; 1,024 and up: 16;
+        # zoo.data.pipelines.pretraining.run_order).
         read_run_rows=0,
         # Records read ahead of training from a bucket, per host: the most they ever hold
         # (up to 16 batches, 2 x 16 held: phase 2's 512 rows per host per step are 0.7 MB);

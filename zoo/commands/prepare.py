@@ -17,7 +17,7 @@ import time
 import jax
 
 from zoo.commands import cli
-from zoo.data.pipelines import pretraining_data
+from zoo.data.pipelines.pretraining import job_data as pretraining_data
 from zoo.errors import ConfigError
 from zoo.tasks import squad
 from zoo.tasks.base import data_cache_dir

@@ -15,7 +15,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from zoo.data.pipelines import pretraining_batches, pretraining_data, run_order
+from zoo.data.pipelines.pretraining import batches as pretraining_batches
+from zoo.data.pipelines.pretraining import job_data as pretraining_data
+from zoo.data.pipelines.pretraining import run_order
 from zoo.models import bert
 from zoo.tasks.base import Baselines, Batch, Measured, Task
 from zoo.train.losses import cross_entropy_sums

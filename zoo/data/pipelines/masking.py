@@ -1,6 +1,6 @@
 """BERT's masked-LM corruption: 15% of the maskable tokens are predicted, of those 80% -> [MASK],
 10% -> a random non-special token, 10% unchanged (google-research/bert's create_pretraining_data.py;
-zoo.data.pipelines.pretraining_examples documents the one deliberate difference, the count).
+zoo.data.pipelines.pretraining.examples documents the one deliberate difference, the count).
 
 Two drivers of the same rules:
   * `mask_batch`: a whole batch, each row drawn from its own Philox stream keyed by the row's

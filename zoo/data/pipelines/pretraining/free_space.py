@@ -3,7 +3,7 @@ after hours of tokenizing costs the hours, and leaves the disk full for everythi
 
 The estimate is made from the corpus size alone, before any tokenizer exists: tokens from
 bytes of text, examples from tokens, bytes from the stored record's size
-(zoo.data.pipelines.pretraining_records.record_dtype, so it follows the format). It errs
+(zoo.data.pipelines.pretraining.records.record_dtype, so it follows the format). It errs
 towards needing more: 0.3 tokens per byte (English text with a ~30k vocabulary gives ~0.25),
 examples 80% full (short documents and short_seq_prob leave padding). A bucket has no
 free-space figure and is not checked; nor are TFDS and synthetic sources, whose size is not
@@ -18,8 +18,8 @@ import shutil
 from collections.abc import Mapping, Sequence
 
 from zoo import paths
-from zoo.data.pipelines.pretraining_examples import Settings
-from zoo.data.pipelines.pretraining_records import record_dtype
+from zoo.data.pipelines.pretraining.examples import Settings
+from zoo.data.pipelines.pretraining.records import record_dtype
 from zoo.data.readers.corpus_pieces import Piece
 from zoo.errors import UserError
 

@@ -15,16 +15,16 @@ import numpy as np
 import pytest
 
 from zoo.data.pipelines import pretraining as pt
-from zoo.data.pipelines import pretraining_examples as examples
-from zoo.data.pipelines import pretraining_store as store
+from zoo.data.pipelines.pretraining import examples
+from zoo.data.pipelines.pretraining import store
 from zoo.data.readers import corpus_pieces, text_files
 from zoo import paths
 from zoo.errors import DataError
 
 SETTINGS = examples.Settings(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=2,
                              seed=3)
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))))
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +111,7 @@ def test_two_processes_share_the_shards_and_write_the_same_bytes(reference, text
 _KILLED_RUN = textwrap.dedent("""
     import sys, time
     from zoo.data.pipelines import pretraining as pt
-    from zoo.data.pipelines import pretraining_examples as examples
+    from zoo.data.pipelines.pretraining import examples
     from zoo.data.readers import corpus_pieces
     from zoo.data.tokenizers import base
     real = pt._make_shard

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from zoo.data.pipelines import masking
-from zoo.data.pipelines import pretraining_examples as examples
+from zoo.data.pipelines.pretraining import examples
 
 L = 64  # max_seq_length of most tests
 

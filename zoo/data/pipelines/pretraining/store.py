@@ -1,7 +1,7 @@
 """Prepared BERT pretraining examples on disk (a local directory or a gs:// bucket).
 
 A prepared directory holds, per shard i, `examples-<i>.npy` (a 1-D numpy structured array of
-fixed-size records, zoo.data.pipelines.pretraining_records; rows shuffled when prepared) and a
+fixed-size records, zoo.data.pipelines.pretraining.records; rows shuffled when prepared) and a
 marker `shard-<i>.json` written last; `word_starts.npy`; `plan.json` (what is being prepared: the
 settings, the tokenizer's fingerprint, the corpus pieces) written first; and `manifest.json`
 (the row counts of every shard) written once every shard's marker exists. Every file is written
@@ -10,8 +10,8 @@ on GCS), so a process killed at any moment leaves no file that looks complete: a
 through its manifest, and a rerun redoes only the shards without a marker.
 
 `PretrainingSource` reads a finished directory where it lies: a local one through memory maps,
-one in a bucket by ranged reads of the rows asked for (zoo.data.pipelines.range_reader); no
-host ever copies the directory.
+one in a bucket by ranged reads of the rows asked for
+(zoo.data.pipelines.pretraining.range_reader); no host ever copies the directory.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import numpy as np
 from etils import epath
 
 from zoo import paths
-from zoo.data.pipelines import pretraining_records as records_format
-from zoo.data.pipelines.pretraining_examples import MaskingSpec, Settings
-from zoo.data.pipelines.range_reader import RemoteArrays
+from zoo.data.pipelines.pretraining import records as records_format
+from zoo.data.pipelines.pretraining.examples import MaskingSpec, Settings
+from zoo.data.pipelines.pretraining.range_reader import RemoteArrays
 from zoo.errors import DataError
 from zoo.retry import retrying
 

@@ -13,10 +13,10 @@ import pytest
 
 from zoo import paths
 from zoo.data.pipelines import pretraining as pt
-from zoo.data.pipelines import pretraining_batches as pb
-from zoo.data.pipelines import pretraining_examples as examples
-from zoo.data.pipelines import pretraining_store as store
-from zoo.data.pipelines import range_reader
+from zoo.data.pipelines.pretraining import batches as pb
+from zoo.data.pipelines.pretraining import examples
+from zoo.data.pipelines.pretraining import store
+from zoo.data.pipelines.pretraining import range_reader
 from zoo.errors import DataError
 
 SETTINGS = examples.Settings(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=2,

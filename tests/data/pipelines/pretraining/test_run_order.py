@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from configs import bert_pretrain
-from zoo.data.pipelines.run_order import RunOrder, resolve_run_rows
+from zoo.data.pipelines.pretraining.run_order import RunOrder, resolve_run_rows
 from zoo.errors import ConfigError
 
 SHARD_ROWS = [37, 50, 3, 41]  # a shard smaller than a run, and tails of every length

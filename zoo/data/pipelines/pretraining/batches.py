@@ -20,8 +20,8 @@ import numpy as np
 from zoo.data.pipelines.batching import iterate, local_batch_size
 from zoo.data.pipelines.masking import mask_batch, masking_keys
 from zoo.data.pipelines.pretraining import PretrainingSource
-from zoo.data.pipelines.range_reader import ReadAhead
-from zoo.data.pipelines.run_order import RunOrder
+from zoo.data.pipelines.pretraining.range_reader import ReadAhead
+from zoo.data.pipelines.pretraining.run_order import RunOrder
 from zoo.errors import ConfigError
 
 _STARTING = threading.Lock()  # one ReadAhead per _TrainBatches
@@ -123,9 +123,9 @@ def train_iterator(
 ) -> Iterator[dict[str, np.ndarray]]:
     """Endless, checkpointable (grain get_state/set_state) iterator of process-local batches.
 
-    The order is global (zoo.data.pipelines.run_order): every epoch, the rows cut into runs of
-    `run_rows` consecutive rows of a shard (config.data.read_run_rows), the runs shuffled (a new
-    order each epoch), cut into global batches of `batch_size`; process i takes rows
+    The order is global (zoo.data.pipelines.pretraining.run_order): every epoch, the rows cut into
+    runs of `run_rows` consecutive rows of a shard (config.data.read_run_rows), the runs shuffled
+    (a new order each epoch), cut into global batches of `batch_size`; process i takes rows
     [i * B / count, (i + 1) * B / count) of each, and reads only those: from a bucket, one
     ranged GET per run it touches. The stream does not depend on the process count, so a
     checkpoint (the global batch index) resumes on any. A dynamic source is masked here with
@@ -135,8 +135,8 @@ def train_iterator(
 
     From a bucket, the batches that come next are read on background threads, as many as fit
     in `read_ahead_mb` of records (config.data.read_ahead_mb; at most 16; 0: none): depth d
-    batches ahead hold at most 2 d (zoo.data.pipelines.range_reader.ReadAhead), in each of
-    max(1, num_workers) processes, so d is chosen for 2 d x processes batches to fit.
+    batches ahead hold at most 2 d (zoo.data.pipelines.pretraining.range_reader.ReadAhead), in
+    each of max(1, num_workers) processes, so d is chosen for 2 d x processes batches to fit.
     `num_workers` > 0 builds batches in that many grain worker processes
     (config.data.num_workers); the batches are the same as with 0 (threads in this process).
     """

@@ -6,8 +6,8 @@ import pytest
 
 from zoo.data.pipelines import masking
 from zoo.data.pipelines import pretraining as pt
-from zoo.data.pipelines import pretraining_batches as pb
-from zoo.data.pipelines import pretraining_examples as examples
+from zoo.data.pipelines.pretraining import batches as pb
+from zoo.data.pipelines.pretraining import examples
 
 SMALL = examples.Settings(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=1, seed=7)
 

@@ -5,7 +5,7 @@ directory the prepare command wrote (config.data.prepared_dir), which training o
 A prepared directory holds
     tokenizer/   the tokenizer file (a copy of config.data.tokenizer, or the trained model)
                  and tokenizer.json naming it
-    train/       examples (zoo.data.pipelines.pretraining_store layout)
+    train/       examples (zoo.data.pipelines.pretraining.store layout)
     validation/  one pass, static masks
 """
 
@@ -18,9 +18,11 @@ import time
 
 import ml_collections
 
-from zoo.data.pipelines import preparation_space, pretraining, pretraining_store
-from zoo.data.pipelines.pretraining_examples import Settings
-from zoo.data.pipelines.pretraining_store import PretrainingSource
+from zoo.data.pipelines import pretraining
+from zoo.data.pipelines.pretraining import free_space as preparation_space
+from zoo.data.pipelines.pretraining import store as pretraining_store
+from zoo.data.pipelines.pretraining.examples import Settings
+from zoo.data.pipelines.pretraining.store import PretrainingSource
 from zoo.data.readers import sources
 from zoo.data.tokenizers import base as tokenizers
 from zoo.data.tokenizers import prepared as saved_tokenizer

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from zoo.data.pipelines import pretraining as pt
-from zoo.data.pipelines import pretraining_examples as examples
+from zoo.data.pipelines.pretraining import examples
 from zoo.data.tokenizers import base as tokenizers
 
 L = 64

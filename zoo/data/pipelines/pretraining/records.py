@@ -13,7 +13,7 @@ Only what cannot be derived is stored, each in the smallest unsigned type that h
                         the real targets first): uint8 for P <= 255
 
 `decode` gives back exactly the int32 / float32 feature dict of format 2
-(zoo.data.pipelines.pretraining_examples.PAIR_FEATURES / MLM_FEATURES), so nothing downstream
+(zoo.data.pipelines.pretraining.examples.PAIR_FEATURES / MLM_FEATURES), so nothing downstream
 changes; `encode` refuses features it could not give back (a layout this file does not know).
 """
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zoo.data.pipelines.pretraining_examples import MLM_FEATURES, PAIR_FEATURES, Settings
+from zoo.data.pipelines.pretraining.examples import MLM_FEATURES, PAIR_FEATURES, Settings
 
 
 def smallest_uint(largest: int) -> np.dtype:
@@ -77,7 +77,7 @@ def encode(features: dict[str, np.ndarray], settings: Settings, vocab_size: int)
     for k, v in features.items():
         if not np.array_equal(back[k], v):
             raise ValueError(f"feature {k} does not fit the format-3 record (see "
-                             "zoo.data.pipelines.pretraining_records)")
+                             "zoo.data.pipelines.pretraining.records)")
     return records
 
 

@@ -10,11 +10,12 @@ import pytest
 
 from configs import bert_pretrain
 from zoo import paths
-from zoo.data.pipelines import preparation_progress, preparation_space
+from zoo.data.pipelines.pretraining import progress as preparation_progress
+from zoo.data.pipelines.pretraining import free_space as preparation_space
 from zoo.data.pipelines import pretraining as pt
-from zoo.data.pipelines import pretraining_data
-from zoo.data.pipelines import pretraining_examples as examples
-from zoo.data.pipelines import pretraining_store as store
+from zoo.data.pipelines.pretraining import job_data as pretraining_data
+from zoo.data.pipelines.pretraining import examples
+from zoo.data.pipelines.pretraining import store
 from zoo.data.readers import corpus_pieces, sources, text_files
 from zoo.data.tokenizers import base as tokenizers
 from zoo.data.tokenizers import prepared as saved_tokenizer

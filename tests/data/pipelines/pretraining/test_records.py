@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from zoo.data.pipelines import pretraining as pt
-from zoo.data.pipelines import pretraining_examples as examples
-from zoo.data.pipelines import pretraining_records as records
+from zoo.data.pipelines.pretraining import examples
+from zoo.data.pipelines.pretraining import records
 from zoo.errors import DataError
 
 SMALL = examples.Settings(max_seq_length=64, max_predictions_per_seq=10, dupe_factor=2, seed=7)

@@ -2,17 +2,22 @@
 processes and hosts.
 
 The corpus is cut into pieces (zoo.data.readers.corpus_pieces) from its size alone; shard i is
-made from piece i by zoo.data.pipelines.pretraining_examples.shard_examples, a pure function of
+made from piece i by zoo.data.pipelines.pretraining.examples.shard_examples, a pure function of
 the piece, the Settings, the tokenizer and i. So the bytes on disk are the same whether one
 process makes every shard or 256 hosts with 8 workers each share them, and no process ever holds
 more than a piece per worker. On a pod, process p of P makes the shards i with i % P == p that
 are not done yet, then waits for the others' markers; process 0 writes the manifest
-(zoo.data.pipelines.pretraining_store has the layout and what makes a file count as written).
+(zoo.data.pipelines.pretraining.store has the layout and what makes a file count as written).
 
 `prepare_pieces` writes into a directory the user names (the prepare command,
 `python -m zoo.commands.prepare`); `prepare` / `prepare_cached` key a directory under a cache by
 everything that shapes the examples, which is how a job prepares its own data when no prepared
 directory is given.
+
+The rest of BERT pretraining's data lives beside this file: examples (sentence pairs, masked-LM
+targets), records (the on-disk record), store (the prepared directory, PretrainingSource),
+progress and free_space (preparation's report and disk check), job_data (a job's data from its
+config.data), run_order, range_reader and batches (reading it back for training).
 """
 
 from __future__ import annotations
@@ -27,10 +32,10 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from zoo.data.pipelines import pretraining_records
-from zoo.data.pipelines import pretraining_store as store
-from zoo.data.pipelines.preparation_progress import Progress
-from zoo.data.pipelines.pretraining_examples import (
+from zoo.data.pipelines.pretraining import records as pretraining_records
+from zoo.data.pipelines.pretraining import store
+from zoo.data.pipelines.pretraining.progress import Progress
+from zoo.data.pipelines.pretraining.examples import (
     Settings,
     encode_documents,
     masking_spec,
@@ -38,7 +43,7 @@ from zoo.data.pipelines.pretraining_examples import (
     stored_features,
     word_start_table,
 )
-from zoo.data.pipelines.pretraining_store import PretrainingSource
+from zoo.data.pipelines.pretraining.store import PretrainingSource
 from zoo.data.readers.corpus_pieces import Piece, plan_documents, read_piece
 from zoo.errors import ConfigError, DataError
 from zoo.paths import as_path
