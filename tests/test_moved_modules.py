@@ -14,6 +14,16 @@ from tests.process_env import process_env
 MOVED = {
     "zoo.models.transformer": "zoo.models.encoder_decoder",
     "zoo.commands.pipeline": "zoo.commands.stages",
+    # BERT pretraining's data, a sub-package of its own.
+    "zoo.data.pipelines.pretraining_batches": "zoo.data.pipelines.pretraining.batches",
+    "zoo.data.pipelines.pretraining_data": "zoo.data.pipelines.pretraining.job_data",
+    "zoo.data.pipelines.pretraining_examples": "zoo.data.pipelines.pretraining.examples",
+    "zoo.data.pipelines.pretraining_records": "zoo.data.pipelines.pretraining.records",
+    "zoo.data.pipelines.pretraining_store": "zoo.data.pipelines.pretraining.store",
+    "zoo.data.pipelines.run_order": "zoo.data.pipelines.pretraining.run_order",
+    "zoo.data.pipelines.range_reader": "zoo.data.pipelines.pretraining.range_reader",
+    "zoo.data.pipelines.preparation_progress": "zoo.data.pipelines.pretraining.progress",
+    "zoo.data.pipelines.preparation_space": "zoo.data.pipelines.pretraining.free_space",
 }
 
 
@@ -41,6 +51,18 @@ def test_the_old_names_work_through_the_old_paths():
     assert callable(pipeline.train) and callable(pipeline.is_pipeline)
     assert transformer.EncoderDecoder.__module__ == "zoo.models.encoder_decoder"
     assert callable(transformer.translate) and callable(transformer.config_for_size)
+
+
+def test_the_pretraining_package_keeps_what_pretraining_py_exported():
+    from zoo.data.pipelines import pretraining as pt
+    from zoo.data.pipelines.pretraining import store
+
+    assert callable(pt.prepare) and callable(pt.prepare_cached) and callable(pt.prepare_pieces)
+    assert pt.PretrainingSource is store.PretrainingSource
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from zoo.data.pipelines import pretraining_store
+    assert pretraining_store.PretrainingSource is pt.PretrainingSource
 
 
 def test_the_attention_maps_command_still_exports_the_extraction():
