@@ -174,6 +174,11 @@ def test_one_of_four_killed_mid_save(uninterrupted, tmp_path):
     _relaunch_and_compare(workdir, 4, uninterrupted, tmp_path, resume_from=10)
 
 
+# Quarantined, not removed: on the loaded CI box (.ci/run, 2026-11-27) the three survivors were
+# still running 120 s after the kill, and a rerun under -n 2 found one survivor's log without the
+# line; alone it passes (84 s). Issue 30 keeps this open; the run still reports XPASS / XFAIL.
+@pytest.mark.xfail(strict=False, reason="flaky under load: a survivor hangs or misses the line "
+                                        "(issue 30)")
 def test_one_of_four_killed_mid_step(uninterrupted, tmp_path):
     # Process 2 (not the coordinator) is killed between checkpoints 10 and 20: the others are
     # blocked in a collective waiting on it, and hear of the loss from the coordination
