@@ -10,10 +10,15 @@ aborted) and a daemon thread asks it which processes are alive; a survivor, wher
 thread is blocked (a collective waiting on the dead peer, a checkpoint barrier), prints one line
 naming the lost process and exits 1, so the scheduler relaunches every process and the run
 resumes from its last complete checkpoint (tests/train/test_lost_host.py measures the time).
+A survivor that gloo aborts from C++ first (its collective broke with the peer's socket) is held
+alive until the watch has spoken (zoo.train.abort_hold), and the watch keeps watching until
+every process has reached the exit barrier, so a survivor whose main thread ended in that
+collective's error names the lost process too.
 Process 0 hosts the service, so it leaves last. A recoverable service no longer holds its
 shutdown for the others: every process meets at an exit barrier instead. When process 0 itself
-dies, C++ aborts the others before this thread can run; a companion process of each
-(zoo.train.coordinator_watch) prints the line naming it.
+dies, the agent of every other process aborts it from C++ within a second; held, each one
+finds process 0's address dead and prints the line naming it (abort_hold), and a companion
+process of each (zoo.train.coordinator_watch) prints it for one that dies all the same.
 """
 
 import atexit
@@ -27,13 +32,14 @@ import time
 import jax
 
 from zoo.errors import ConfigError
-from zoo.train import coordinator_watch
+from zoo.train import abort_hold, coordinator_watch
 
 # JAX's default is 100 s; a healthy process sends its heartbeats from a C++ thread of its own
 # (not held by the GIL, a long compile or a step), so 30 s declares only a dead or frozen host.
 DEFAULT_HEARTBEAT_TIMEOUT_S = 30
 LOST_HOST_EXIT_CODE = 1
 SHUTDOWN_TIMEOUT_S = 300
+_LEFT_KEY = "zoo_left/{}"  # set by a process that passed the exit barrier (_exit_together)
 
 
 def heartbeat_timeout(config) -> int:
@@ -130,7 +136,7 @@ def _watch_peers(client, process_id: int, num_processes: int, every_s: float,
                 _report_and_exit(lost_process_message(f"UNAVAILABLE: {e}", process_id,
                                                       num_processes))
             raise
-        lost = [i for i in everyone if i not in live]
+        lost = [i for i in everyone if i not in live and not _left(client, i)]
         if lost and not exiting.is_set():
             line = lost_process_message(
                 "The following tasks are unhealthy (stopped sending heartbeats): "
@@ -145,6 +151,15 @@ def _watch_peers(client, process_id: int, num_processes: int, every_s: float,
                 time.sleep(2 * every_s + 1)
                 line = ""  # printed
             _report_and_exit(line)
+
+
+def _left(client, process_id: int) -> bool:
+    """Whether `process_id` passed the exit barrier before it disconnected (_exit_together):
+    then it left, it was not lost."""
+    try:
+        return bool(client.key_value_try_get(_LEFT_KEY.format(process_id)))
+    except Exception:  # NOT_FOUND: it never got there  # noqa: BLE001
+        return False
 
 
 def _keep_answering(client, everyone) -> None:
@@ -177,6 +192,10 @@ def join(heartbeat_timeout_s: int, kwargs: dict) -> None:
                              args=(state.client, state.process_id, state.num_processes,
                                    every_s, exiting), daemon=True)
     watch.start()
+    # gloo or the coordination agent may abort this process from C++ before the watch has
+    # heard of the loss that caused it: the abort waits for the watch's line (abort_hold).
+    abort_hold.install(heartbeat_timeout_s + 3 * every_s + 10, exiting, state.process_id,
+                       state.num_processes, state.coordinator_address, _report_and_exit)
     # A recoverable service no longer holds its shutdown until every process has finished:
     # without this barrier process 0 could exit first and take the service with it, and the
     # others would abort on their way out. Registered after JAX's own atexit shutdown, so it
@@ -187,11 +206,20 @@ def join(heartbeat_timeout_s: int, kwargs: dict) -> None:
 
 def _exit_together(client, process_id: int, num_processes: int, exiting: threading.Event,
                    watch: threading.Thread, watch_join_s: float) -> None:
-    exiting.set()
-    # From here on, losing process 0 is the expected end (it leaves last), not a loss.
-    tell_companion_exiting()
+    # Until every process is here, a lost process is still a loss: the watch thread keeps
+    # reporting it (and each companion keeps watching process 0). A survivor whose main thread
+    # ended with a collective's error (gloo: "Connection reset by peer" from the killed peer)
+    # comes here at once; with the watch stopped it waited in this barrier for the full
+    # SHUTDOWN_TIMEOUT_S and never said why (1 of 9 two-process kills on the 2-core box).
     try:
         client.wait_at_barrier("zoo_exit", timeout_in_ms=SHUTDOWN_TIMEOUT_S * 1000)
+        client.key_value_set(_LEFT_KEY.format(process_id), "1")  # before it disconnects
+    except Exception:  # a process that is gone (or late): JAX's shutdown says so  # noqa: BLE001
+        pass
+    # From here on, losing process 0 is the expected end (it leaves last), not a loss.
+    exiting.set()
+    tell_companion_exiting()
+    try:
         if process_id == 0:
             # The service lives in this process: it stays up until every other process has
             # disconnected (get_live_nodes returns once the live ones have all asked, and a
@@ -200,7 +228,7 @@ def _exit_together(client, process_id: int, num_processes: int, exiting: threadi
             while (len(client.get_live_nodes(list(range(num_processes)))) > 1
                    and time.monotonic() < deadline):
                 time.sleep(0.05)
-    except Exception:  # a process that is gone (or late): JAX's shutdown says so  # noqa: BLE001
+    except Exception:  # noqa: BLE001
         pass
     # The watch thread may be inside get_live_nodes (C++, the GIL released, waiting for every
     # live process to ask). Left there, it wakes during interpreter shutdown, is torn down by a

@@ -1,0 +1,123 @@
+"""zoo.train.lost_hosts' exit paths, on two real jax.distributed processes with a 2 s heartbeat
+timeout and no model (tests/train/lost_host_process.py): a survivor whose main thread ends in a
+collective's error still names the lost process and exits within the heartbeat timeout, and a
+clean exit names nobody, whichever process reaches the exit barrier first. The whole
+train.py scenarios (a kill mid-step, mid-save) are tests/train/test_lost_host.py."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.process_env import process_env
+from tests.train import multihost
+
+SCRIPT = os.path.join(multihost.ROOT, "tests", "train", "lost_host_process.py")
+LINE = "error: lost process 1 of 2: "
+# Detection takes the heartbeat timeout (2 s) and a poll; the rest is a loaded box's slack.
+# Before the exit barrier let the watch thread report, this case waited the barrier's 300 s.
+BOUND_S = 25
+
+
+def _launch(tmp_path, modes):
+    port = multihost.free_port()
+    env = process_env(1)
+    for key in multihost.CLUSTER_VARIABLES:
+        env.pop(key, None)
+    logs = [open(tmp_path / f"process_{i}.log", "w") for i in range(2)]
+    procs = [subprocess.Popen([sys.executable, SCRIPT, f"127.0.0.1:{port}", str(i), mode,
+                               str(tmp_path)], env=env, stdout=log, stderr=subprocess.STDOUT)
+             for i, (mode, log) in enumerate(zip(modes, logs))]
+    return procs, [log.name for log in logs]
+
+
+def _wait_joined(tmp_path, procs, logs):
+    deadline = time.monotonic() + 120
+    while not all(os.path.exists(tmp_path / f"joined_{i}") for i in range(2)):
+        for proc, log in zip(procs, logs):
+            assert proc.poll() is None, open(log).read()[-3000:]
+        assert time.monotonic() < deadline, "the two processes did not join within 120 s"
+        time.sleep(0.05)
+
+
+def _kill_all(procs):
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _finish(procs, timeout):
+    try:
+        return [proc.wait(timeout=timeout) for proc in procs]
+    finally:
+        _kill_all(procs)
+
+
+@pytest.mark.parametrize("mode", ["raise_when_cut", "abort_when_cut"])
+def test_a_survivor_whose_collective_failed_names_the_lost_process(tmp_path, mode):
+    """raise: the collective's error reaches the main thread (gloo: "Connection reset by
+    peer"); abort: gloo aborts the process from C++ (std::terminate on a message of the wrong
+    size), which zoo.train.abort_hold holds until the lost-host watch has spoken."""
+    procs, logs = _launch(tmp_path, [mode, "wait"])
+    _wait_joined(tmp_path, procs, logs)
+    procs[1].send_signal(signal.SIGKILL)
+    procs[1].wait()
+    killed = time.monotonic()
+    (tmp_path / "peer_killed").touch()  # process 0's main thread raises now
+    try:
+        code = procs[0].wait(timeout=BOUND_S)
+    except subprocess.TimeoutExpired:
+        code = None
+    seconds = time.monotonic() - killed
+    _kill_all(procs)
+    text = open(logs[0]).read()
+    assert code == 1 and seconds < BOUND_S, (code, seconds, text[-3000:])
+    if mode == "raise_when_cut":  # its own error, and then the line
+        assert "Connection reset by peer" in text, text[-3000:]
+    else:
+        assert "process 0 of 2: aborted from C++" in text, text[-3000:]
+    assert LINE in text, text[-3000:]
+
+
+def test_a_clean_exit_names_nobody_whoever_reaches_the_barrier_first(tmp_path):
+    for modes in (["finish", "finish_late"], ["finish_late", "finish"]):
+        procs, logs = _launch(tmp_path, modes)
+        codes = _finish(procs, 120)
+        texts = [open(log).read() for log in logs]
+        assert codes == [0, 0], (modes, codes, texts)
+        assert not any("lost process" in text for text in texts), (modes, texts)
+        for i in range(2):
+            os.remove(tmp_path / f"joined_{i}")
+
+
+def test_an_abort_on_the_way_out_is_not_held(tmp_path):
+    procs, logs = _launch(tmp_path, ["abort_at_exit", "finish"])
+    codes = _finish(procs, 60)
+    text = open(logs[0]).read()
+    # (Process 1 may or may not be gone before process 0's crash: it does not matter here.)
+    assert codes[0] == -signal.SIGABRT, (codes, text[-3000:])
+    assert "aborted from C++" not in text, text[-3000:]  # what a held abort prints first
+
+
+def test_a_survivor_of_a_lost_coordinator_names_it_itself(tmp_path):
+    """Process 0 hosts the coordination service: killed, the agent of process 1 aborts it from
+    C++ (LOG(FATAL)) within a second. Held (zoo.train.abort_hold), process 1 finds process 0's
+    address dead and exits 1 with the line; unheld it died of SIGABRT, and only its companion
+    (zoo.train.coordinator_watch) could speak."""
+    procs, logs = _launch(tmp_path, ["wait", "wait"])
+    _wait_joined(tmp_path, procs, logs)
+    procs[0].send_signal(signal.SIGKILL)
+    procs[0].wait()
+    try:
+        code = procs[1].wait(timeout=BOUND_S)
+    except subprocess.TimeoutExpired:
+        code = None
+    _kill_all(procs)
+    text = open(logs[1]).read()
+    assert code == 1, (code, text[-3000:])
+    assert "process 1 of 2: aborted from C++" in text, text[-3000:]
+    assert "error: lost process 0 of 2 (the coordinator): process 1 " in text, text[-3000:]
