@@ -59,6 +59,15 @@ def _inject(kind: str, process: int) -> None:
 
         ocp.StandardCheckpointHandler.restore = restore
     elif kind == "sigint":
+        # Python turns SIGINT into KeyboardInterrupt only where its parent left SIGINT at the
+        # default: a test run started from a shell's background job (which POSIX shells start
+        # with SIGINT ignored when job control is off), under nohup or by a CI runner that
+        # ignores it hands SIG_IGN down to this process, and the SIGINT below would be
+        # dropped (process 1 slept its 60 s while process 0 waited in the verdict gather, and
+        # the test failed at DECIDED_WITHIN_S). A Ctrl-C on a terminal always reaches Python's
+        # handler; this puts it in place as the terminal's process would have it.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
         def restore(self, *args, **kwargs):
             signal.raise_signal(signal.SIGINT)
             # Python's handler raises KeyboardInterrupt at the next bytecode, within this

@@ -448,7 +448,9 @@ class Checkpointer:
             self._finish_pending()
         finally:
             try:
-                self._manager.close()  # joins every write still in flight
+                # Joins every write in flight, except those orbax abandoned when one of a save's
+                # writes failed (see _remove_partial).
+                self._manager.close()
             except Exception:
                 # After a reported failure, the same save's other writes may fail too (or find
                 # their directory gone); raising them would mask the error that explains it.
@@ -469,4 +471,15 @@ class Checkpointer:
         # marks it complete) and replaces an uncommitted one when that step is saved again.
         for child in directory.iterdir():
             if child.name.startswith(f"{step}.orbax-checkpoint-tmp"):
-                child.rmtree(missing_ok=True)
+                try:
+                    child.rmtree(missing_ok=True)
+                except OSError as e:
+                    # When the write that failed was one of orbax 0.12.8's array-metadata
+                    # writes, the array writes gathered with it are abandoned, not joined: on
+                    # tensorstore's threads they may still be creating files in this
+                    # directory (ENOTEMPTY here), or create it again after it is gone. The
+                    # write error is what the user needs; this is cleanup, so it is reported
+                    # and the error kept. Orbax replaces the directory when the step is saved
+                    # again.
+                    _warn(f"could not remove {child} of the failed save of step {step} "
+                          f"({first_line(e)}); delete it to free its space")
