@@ -22,6 +22,11 @@ coordinator and exits 1 (the agent's LOG(FATAL) comes within a second of process
 If no verdict comes within the hold, or the process was already on its way out, the abort goes
 ahead as it would have (and zoo.train.coordinator_watch still speaks for a process that dies
 that way).
+
+The handler is Python, so it runs once the aborting thread has the GIL. jaxlib releases the GIL
+while a thread waits on devices, collectives or the coordination service (the main thread in
+every held abort seen here sat in device_get); a thread that kept it while waiting on the
+aborting one would turn the abort into a hang instead, which no Python watchdog could end.
 """
 
 import ctypes
