@@ -5,9 +5,10 @@ watch (zoo.train.lost_hosts) has heard of the loss: the killed peer's socket bre
 all-reduce, that device moves on while the others of the same process still wait in the old
 one, and the next message between them has the wrong size, so gloo's transport thread throws
 an uncaught `gloo::EnforceNotMet` ("Received data size doesn't match expected size") and
-std::terminate aborts the process within a second of the kill. Measured on the 2-core box: 2 of
-8 two-process kills mid-step (tests/train/test_lost_host.py) ended that way, exit -6 and no line
-naming the lost process. The coordination agent's LOG(FATAL) when process 0 is gone ends
+std::terminate aborts the process within a second of the kill. Seen on the 2-core box under
+load (tests/train/test_lost_host.py): the survivor of 1 of 3 two-process kills mid-step, one
+survivor of a 1-of-4 kill, and the CI run that failed; exit -6 and no line naming the lost
+process. The coordination agent's LOG(FATAL) when process 0 is gone ends
 the same way, for every other process.
 
 So `install` puts a handler on SIGABRT (through libc: Python's own signal handlers only set a
