@@ -71,6 +71,15 @@ def launch(argv: list[str], envs: list[dict]) -> list[subprocess.Popen]:
                              stderr=subprocess.PIPE) for env in envs]
 
 
+def kill_all(procs) -> None:
+    """SIGKILLs every process still running and reaps it: one that failed leaves the others
+    waiting on collectives for minutes."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def finish(procs, timeout: float = 400) -> str:
     """Waits for every process; each must exit 0. Returns process 0's stdout."""
     outputs = []
@@ -78,9 +87,7 @@ def finish(procs, timeout: float = 400) -> str:
         for proc in procs:
             outputs.append(proc.communicate(timeout=timeout))
     finally:
-        for proc in procs:  # one failed process leaves the others waiting on collectives
-            if proc.poll() is None:
-                proc.kill()
+        kill_all(procs)
     failures = [failure(index, proc.returncode, err)
                 for index, (proc, (_, err)) in enumerate(zip(procs, outputs))
                 if proc.returncode != 0]
@@ -107,9 +114,7 @@ def preempt_one_host(procs, workdir, after_steps: int, deadline_s: float = 300) 
     while not (os.path.exists(metrics) and len(open(metrics).readlines()) >= after_steps):
         for index, proc in enumerate(procs):
             if proc.poll() is not None:
-                for other in procs:  # left alone, it would wait on collectives for minutes
-                    if other.poll() is None:
-                        other.kill()
+                kill_all(procs)
                 pytest.fail("before the notice, " + failure(index, proc.returncode,
                                                             proc.stderr.read()))
         assert time.time() < deadline, f"no {after_steps} steps logged in {deadline_s} s"

@@ -57,20 +57,13 @@ def _wait_for(condition, procs, logs, what, deadline_s=300):
     while not condition():
         for index, proc in enumerate(procs):
             if proc.poll() is not None:
-                _kill_all(procs)
+                multihost.kill_all(procs)
                 pytest.fail(f"process {index} exited {proc.returncode} before {what}:\n"
                             + open(logs[index].name).read()[-3000:])
         if time.time() > deadline:
-            _kill_all(procs)
+            multihost.kill_all(procs)
             pytest.fail(f"no {what} within {deadline_s} s")
         time.sleep(0.05)
-
-
-def _kill_all(procs):
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
 
 
 def _kill_and_time(procs, victim):
@@ -84,7 +77,7 @@ def _kill_and_time(procs, victim):
                     exits[index] = (proc.returncode, time.monotonic() - killed)
             time.sleep(0.02)
     finally:
-        _kill_all(procs)
+        multihost.kill_all(procs)
     return exits
 
 

@@ -12,7 +12,6 @@ import time
 
 import pytest
 
-from tests.process_env import process_env
 from tests.train import multihost
 
 SCRIPT = os.path.join(multihost.ROOT, "tests", "train", "lost_host_process.py")
@@ -24,9 +23,7 @@ BOUND_S = 25
 
 def _launch(tmp_path, modes):
     port = multihost.free_port()
-    env = process_env(1)
-    for key in multihost.CLUSTER_VARIABLES:
-        env.pop(key, None)
+    env = multihost.base_env(1)
     logs = [open(tmp_path / f"process_{i}.log", "w") for i in range(2)]
     procs = [subprocess.Popen([sys.executable, SCRIPT, f"127.0.0.1:{port}", str(i), mode,
                                str(tmp_path)], env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -43,18 +40,11 @@ def _wait_joined(tmp_path, procs, logs):
         time.sleep(0.05)
 
 
-def _kill_all(procs):
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
 def _finish(procs, timeout):
     try:
         return [proc.wait(timeout=timeout) for proc in procs]
     finally:
-        _kill_all(procs)
+        multihost.kill_all(procs)
 
 
 @pytest.mark.parametrize("mode", ["raise_when_cut", "abort_when_cut"])
@@ -73,7 +63,7 @@ def test_a_survivor_whose_collective_failed_names_the_lost_process(tmp_path, mod
     except subprocess.TimeoutExpired:
         code = None
     seconds = time.monotonic() - killed
-    _kill_all(procs)
+    multihost.kill_all(procs)
     text = open(logs[0]).read()
     assert code == 1 and seconds < BOUND_S, (code, seconds, text[-3000:])
     if mode == "raise_when_cut":  # its own error, and then the line
@@ -116,7 +106,7 @@ def test_a_survivor_of_a_lost_coordinator_names_it_itself(tmp_path):
         code = procs[1].wait(timeout=BOUND_S)
     except subprocess.TimeoutExpired:
         code = None
-    _kill_all(procs)
+    multihost.kill_all(procs)
     text = open(logs[1]).read()
     assert code == 1, (code, text[-3000:])
     assert "process 1 of 2: aborted from C++" in text, text[-3000:]

@@ -146,10 +146,7 @@ def _job(mode, workdir, fault=""):
                             f"decided after {DECIDED_WITHIN_S} s; so far: {results}")
             results.append((proc.returncode, out))
     finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        multihost.kill_all(procs)
     return results
 
 
