@@ -1,8 +1,9 @@
 """zoo.train.lost_hosts' exit paths, on two real jax.distributed processes with a 2 s heartbeat
 timeout and no model (tests/train/lost_host_process.py): a survivor whose main thread ends in a
-collective's error still names the lost process and exits within the heartbeat timeout, and a
-clean exit names nobody, whichever process reaches the exit barrier first. The whole
-train.py scenarios (a kill mid-step, mid-save) are tests/train/test_lost_host.py."""
+collective's error, or that C++ aborts (gloo; JAX's agent when the coordinator is lost), still
+names the lost process and exits 1 within the heartbeat timeout; an abort after the exit barrier
+is not held; and a clean exit names nobody, whichever process reaches the exit barrier first.
+The whole train.py scenarios (a kill mid-step, mid-save) are tests/train/test_lost_host.py."""
 
 import os
 import signal
@@ -40,6 +41,14 @@ def _wait_joined(tmp_path, procs, logs):
         time.sleep(0.05)
 
 
+def _exit_code(proc):
+    """Its exit code, or None while it still runs BOUND_S seconds on."""
+    try:
+        return proc.wait(timeout=BOUND_S)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def _finish(procs, timeout):
     try:
         return [proc.wait(timeout=timeout) for proc in procs]
@@ -58,10 +67,7 @@ def test_a_survivor_whose_collective_failed_names_the_lost_process(tmp_path, mod
     procs[1].wait()
     killed = time.monotonic()
     (tmp_path / "peer_killed").touch()  # process 0's main thread raises now
-    try:
-        code = procs[0].wait(timeout=BOUND_S)
-    except subprocess.TimeoutExpired:
-        code = None
+    code = _exit_code(procs[0])
     seconds = time.monotonic() - killed
     multihost.kill_all(procs)
     text = open(logs[0]).read()
@@ -102,10 +108,7 @@ def test_a_survivor_of_a_lost_coordinator_names_it_itself(tmp_path):
     _wait_joined(tmp_path, procs, logs)
     procs[0].send_signal(signal.SIGKILL)
     procs[0].wait()
-    try:
-        code = procs[1].wait(timeout=BOUND_S)
-    except subprocess.TimeoutExpired:
-        code = None
+    code = _exit_code(procs[1])
     multihost.kill_all(procs)
     text = open(logs[1]).read()
     assert code == 1, (code, text[-3000:])
