@@ -51,6 +51,7 @@ def test_decay_mask_excludes_exactly_biases_and_layernorm():
     for path, decays in flat:
         names = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
         assert decays == (names[-1] not in ("bias", "scale")), names
+    assert any(not d for _, d in flat) and any(d for _, d in flat)
 
 
 def test_unknown_names_are_clear_errors():
@@ -197,3 +198,30 @@ def test_adafactor_is_optax_adafactor_with_the_schedule_mask_and_clipping():
     # The kernel's second moment really is factored (row and column statistics, not 130 x 130).
     factored = [x.shape for x in jax.tree.leaves(state_ours) if x.ndim == 1 and x.size == 130]
     assert factored, jax.tree.map(np.shape, state_ours)
+
+
+@pytest.mark.parametrize("decay", ["linear", "cosine"])
+def test_decays_end_at_end_learning_rate(decay):
+    # nanoGPT's recipe: cosine from 1e-3 to min_lr 1e-4, not to 0.
+    schedule = optim.make_schedule(_cfg(learning_rate=1e-3, warmup_steps=100, total_steps=2000,
+                                        decay=decay, end_learning_rate=1e-4))
+    np.testing.assert_allclose(float(schedule(100)), 1e-3, rtol=1e-6)
+    np.testing.assert_allclose(float(schedule(2000)), 1e-4, rtol=1e-5)
+    np.testing.assert_allclose(float(schedule(1050)), 5.5e-4, rtol=1e-5)  # midway either way
+    with pytest.raises(ValueError, match="end_learning_rate"):
+        optim.make_schedule(_cfg(learning_rate=1e-3, decay=decay, end_learning_rate=2e-3))
+
+
+def test_decay_mask_exempts_every_bias_of_the_rnn_lm():
+    # The GRU's recurrent_bias and a tied RNN LM's output_bias are 1-D biases too: PyTorch's
+    # (and nanoGPT's) dim >= 2 decay groups leave them alone, and so must the mask.
+    from zoo.models import rnnlm
+
+    cfg = rnnlm.RNNLMConfig(vocab_size=11, cell="gru", embed_dim=8, hidden_size=8,
+                            num_layers=1, tie_embeddings=True)
+    params = rnnlm.RNNLM(cfg).init(jax.random.key(0), jnp.ones((2, 3), jnp.int32))["params"]
+    flat = {"/".join(k.key for k in path if isinstance(k, jax.tree_util.DictKey)): decays
+            for path, decays in jax.tree_util.tree_leaves_with_path(optim.decay_mask(params))}
+    assert flat == {"embed/embedding": True, "layer_0/input_kernel": True,
+                    "layer_0/recurrent_kernel": True, "layer_0/bias": False,
+                    "layer_0/recurrent_bias": False, "output_bias": False}, flat

@@ -11,12 +11,17 @@ from zoo.errors import ConfigError
 def make_schedule(cfg: ml_collections.ConfigDict) -> optax.Schedule:
     """Linear warmup to `learning_rate`, then `decay` over `total_steps`.
 
-    decay: 'constant' | 'linear' (to 0 at total_steps) | 'cosine' (to 0) | 'inverse_sqrt'
+    decay: 'constant' | 'linear' (to `end_learning_rate`, default 0, at total_steps) | 'cosine'
+    (to `end_learning_rate`: nanoGPT's min_lr, e.g. 1e-4 under a peak of 1e-3) | 'inverse_sqrt'
     (the Transformer paper: lr * min(step / warmup, sqrt(warmup / step)), which with
     lr = d_model^-0.5 * warmup^-0.5 is d^-0.5 * min(step^-0.5, step * warmup^-1.5)).
     """
     peak, warmup, total = cfg.learning_rate, int(cfg.warmup_steps), int(cfg.total_steps)
     decay = cfg.decay
+    end = float(cfg.get("end_learning_rate", 0.0))  # older configs lack the field: 0
+    if decay in ("linear", "cosine") and not 0.0 <= end <= peak:
+        raise ConfigError(f"config.optim.end_learning_rate={end} must lie in [0, learning_rate="
+                          f"{peak}]: the {decay} decay ends there")
     if decay == "inverse_sqrt":
         w = max(warmup, 1)
 
@@ -30,9 +35,10 @@ def make_schedule(cfg: ml_collections.ConfigDict) -> optax.Schedule:
     if decay == "constant":
         after = optax.constant_schedule(peak)
     elif decay == "linear":
-        after = optax.linear_schedule(peak, 0.0, remaining)
+        after = optax.linear_schedule(peak, end, remaining)
     elif decay == "cosine":
-        after = optax.cosine_decay_schedule(peak, remaining)
+        # alpha: the fraction of the peak the cosine ends at (end + (peak - end) * cos-factor).
+        after = optax.cosine_decay_schedule(peak, remaining, alpha=end / peak if peak else 0.0)
     else:
         raise ConfigError(
             f"config.optim.decay must be constant, linear, cosine or inverse_sqrt, got {decay!r}"
@@ -45,13 +51,16 @@ def make_schedule(cfg: ml_collections.ConfigDict) -> optax.Schedule:
 def decay_mask(params):
     """True for parameters that get weight decay: not biases, not LayerNorm scales.
 
-    Decided by name, not ndim: a scanned stack gives every bias a leading 'layers' axis.
+    Decided by name, not ndim: a scanned stack gives every bias a leading 'layers' axis. A bias
+    is any name ending in 'bias' (also the GRU's 'recurrent_bias' and a tied RNN LM's
+    'output_bias', 1-D vectors PyTorch's and nanoGPT's dim >= 2 rule leaves undecayed);
+    embedding tables are matrices and decay, as in nanoGPT.
     Works through nn.LogicallyPartitioned boxes (the mask keeps the params' tree structure).
     """
 
     def wants_decay(path, _):
         names = [k.key for k in path if isinstance(k, jax.tree_util.DictKey)]
-        return names[-1] not in ("bias", "scale")
+        return not (names[-1] == "scale" or names[-1].endswith("bias"))
 
     return jax.tree_util.tree_map_with_path(wants_decay, params)
 
@@ -108,7 +117,8 @@ def default_optim_config() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(
         dict(
             name="adamw", learning_rate=1e-3, warmup_steps=100, total_steps=1000,
-            decay="cosine", b1=0.9, b2=0.98, eps=1e-9, weight_decay=0.01, momentum=0.9,
+            decay="cosine", end_learning_rate=0.0, b1=0.9, b2=0.98, eps=1e-9,
+            weight_decay=0.01, momentum=0.9,
             clip_norm=1.0,
         )
     )
