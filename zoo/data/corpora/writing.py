@@ -50,17 +50,25 @@ class Counts:
                 "handled": dict(sorted(self.handled.items()))}
 
 
-def decode(raw: bytes, counts: Counts, fallback: str = "cp1252") -> str:
-    """UTF-8 (a BOM dropped), else `fallback` (Windows-1252, whose undefined bytes fall back
-    to Latin-1), counted as handled."""
+# Windows-1252's printable characters at 0x80..0x9f (where Latin-1 has C1 controls); its five
+# undefined bytes there stay Latin-1's (and are then removed as control characters).
+_CP1252 = {b: bytes([b]).decode("cp1252") for b in range(0x80, 0xa0)
+           if b not in (0x81, 0x8d, 0x8f, 0x90, 0x9d)}
+
+
+def cp1252(raw: bytes) -> str:
+    """Windows-1252, never failing: what WHATWG (every browser) reads for the labels
+    us-ascii, iso-8859-1 and latin1, which mail mislabels most."""
+    return raw.decode("latin-1").translate(_CP1252)
+
+
+def decode(raw: bytes, counts: Counts) -> str:
+    """UTF-8 (a BOM dropped), else Windows-1252 (`cp1252`), counted as handled."""
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError:
-        counts.handled[f"files decoded as {fallback} (not UTF-8)"] += 1
-        try:
-            return raw.decode(fallback)
-        except UnicodeDecodeError:
-            return raw.decode("latin-1")
+        counts.handled["files not UTF-8, decoded as Windows-1252"] += 1
+        return cp1252(raw)
 
 
 def without_controls(text: str, counts: Counts, keep: str = "\n\t") -> str:
@@ -73,7 +81,7 @@ def without_controls(text: str, counts: Counts, keep: str = "\n\t") -> str:
         if c in keep or unicodedata.category(c) != "Cc":
             out.append(c)
         else:
-            counts.handled[f"control character U+{ord(c):04X} removed"] += 1
+            counts.handled["control characters removed (C0 but tab and line ends, DEL, C1)"] += 1
     return "".join(out)
 
 
