@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from zoo.data.corpora import fetching, writing
 from zoo.errors import ConfigError
 
-CORPORA = ("shakespeare", "brown", "spam_assassin")  # each a module of this package
+CORPORA = ("shakespeare", "brown", "spam_assassin", "bible")  # each a module of this package
 
 
 def module(name: str):
