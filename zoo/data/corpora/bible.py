@@ -105,6 +105,8 @@ def convert(packages: dict[str, str], out: str, counts: writing.Counts, report) 
             text[split].setdefault(key[0], []).append(en)
         if es and en:
             pairs[split].append((es, en))
+        elif key not in spanish:
+            counts.skipped["verses numbered only in the English (NRSVA) versification"] += 1
         else:
             side = ("Spanish and English sides" if not (es or en) else
                     "Spanish side" if not es else "English side")
