@@ -138,7 +138,7 @@ def verse_markup(lang: str, key) -> str:
 
 def zText(texts: list[bytes], block_size: int = 5000) -> dict[str, bytes]:
     """.bzs/.bzv/.bzz bytes holding `texts` as a testament's index entries."""
-    bzs, bzv, bzz = [], [], b""
+    bzs, bzz = [], b""
     block, index = b"", []
     for text in texts:
         if len(block) > block_size:
