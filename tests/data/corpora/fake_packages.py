@@ -204,7 +204,8 @@ def recount(directory: str, entry: dict) -> dict:
     with open(path, "rb") as f:
         raw = f.read()
     text = raw.decode("utf-8")
-    counted = {"file": entry["file"], "characters": len(text), "bytes": len(raw)}
+    counted = {"file": entry["file"], "characters": len(text), "bytes": len(raw),
+               "longest_line": max(len(line) for line in text.split("\n"))}
     if entry["file"].endswith(".tsv"):
         counted["rows"] = text.count("\n") - text.startswith("text\tlabel\n")
         if "documents" in entry:

