@@ -33,6 +33,15 @@ def _commands() -> dict[str, list[str]]:
     return commands
 
 
+def _takes_config(name: str) -> bool:
+    """Whether the command reads a job's --config (through cli.py or config_flags); the others
+    (zoo.commands.corpus) have flags of their own."""
+    if name in ("train.py", "eval.py"):
+        return True
+    source = (REPO / "zoo" / "commands" / f"{name}.py").read_text(encoding="utf-8")
+    return "config_flags" in source or "cli.run(" in source
+
+
 @pytest.fixture(scope="module")
 def runs_elsewhere(tmp_path_factory):
     """Each command started in an empty directory outside the checkout, with a zoo importable
@@ -53,17 +62,18 @@ def runs_elsewhere(tmp_path_factory):
             [sys.executable, *start, f"--config={REPO}/configs/gpt.py:size=tiny",
              "--config.train.stpes=2", f"--workdir={root / 'run'}"],
             cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        for name, start in _commands().items()}
+        for name, start in _commands().items() if _takes_config(name)}
     return {name: (proc.communicate(timeout=300)[1], proc.returncode)[::-1]
             for name, proc in started.items()}
 
 
 def test_every_command_is_covered():
     assert {"train.py", "eval.py", "attention_maps", "word2vec_query", "prepare",
-            "compile"} <= set(_commands())
+            "compile", "corpus"} <= set(_commands())
+    assert {n for n in _commands() if not _takes_config(n)} == {"corpus"}
 
 
-@pytest.mark.parametrize("name", sorted(_commands()))
+@pytest.mark.parametrize("name", sorted(n for n in _commands() if _takes_config(n)))
 def test_a_command_loads_its_config_from_another_directory(runs_elsewhere, name):
     returncode, stderr = runs_elsewhere[name]
     assert "No module named 'configs'" not in stderr, stderr[-3000:]
@@ -71,6 +81,18 @@ def test_a_command_loads_its_config_from_another_directory(runs_elsewhere, name)
     assert returncode == 1, stderr[-3000:]
     assert "unknown config key config.train.stpes; did you mean config.train.steps?" in stderr, \
         stderr[-3000:]
+
+
+@pytest.mark.parametrize("name", sorted(n for n in _commands() if not _takes_config(n)))
+def test_a_command_without_a_config_runs_from_another_directory(tmp_path, name):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "zoo").symlink_to(REPO / "zoo")
+    env = process_env(1, PYTHONPATH=str(site))
+    proc = subprocess.run([sys.executable, *_commands()[name], "--help"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stdout.startswith("usage: "), proc.stdout[:300]
 
 
 def test_the_wheel_ships_the_configs(tmp_path):
