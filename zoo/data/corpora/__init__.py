@@ -68,6 +68,7 @@ def fetch(name: str, out: str, given: Sequence[str] = (),
         report(f"{name}: already complete in {final} (manifest.json lists every file); "
                "nothing to do")
         return manifest
+    writing.refuse_incomplete(final)  # said before a download, not after
     files = _given_files(corpus, given)
     with tempfile.TemporaryDirectory(prefix=f"zoo-corpus-{name}-") as scratch:
         paths, sources = {}, []

@@ -162,14 +162,21 @@ def write_manifest(directory: str, manifest: dict) -> None:
     _write(directory, MANIFEST, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
 
 
+def refuse_incomplete(directory: str) -> None:
+    """An error if `directory` exists without a complete manifest: it is not this command's to
+    overwrite."""
+    if os.path.lexists(directory) and complete_manifest(directory) is None:
+        raise ConfigError(f"{directory} exists without a complete {MANIFEST} (not written by "
+                          "this command, or changed since): remove it, or fetch into another "
+                          "--out")
+
+
 @contextlib.contextmanager
 def staged(out: str, name: str) -> Iterator[str]:
     """A fresh directory beside `out`/`name` to write the corpus in, renamed to `out`/`name`
     when the block finishes; removed (leaving nothing) when it raises."""
     final = os.path.join(out, name)
-    if os.path.lexists(final) and complete_manifest(final) is None:
-        raise ConfigError(f"{final} exists without a complete {MANIFEST} (not written by this "
-                          "command, or changed since): remove it, or fetch into another --out")
+    refuse_incomplete(final)
     try:
         os.makedirs(out, exist_ok=True)
         staging = tempfile.mkdtemp(dir=out, prefix=f".{name}.partial-")
