@@ -24,6 +24,11 @@ class LanguageModelTask(Task, Sampling, Baselines, Measured):
         data = config.data
         train_docs, eval_docs = lm_pipeline.load_splits(data)
         self.tokenizer = tokenizers.from_config(data, self.data_cache_dir(), train_docs)
+        unknown = lm_pipeline.unknown_characters(self.tokenizer, eval_docs)
+        if unknown:  # counted, never dropped: each is the unknown id in the eval rows
+            shown = ", ".join(f"{c!r} x{n}" for c, n in unknown.most_common(10))
+            print(f"data: the validation text holds {sum(unknown.values())} characters the "
+                  f"training text never has ({shown}); each is the unknown id", flush=True)
         self.train_rows = lm_pipeline.packed_rows(self.tokenizer, train_docs, data.seq_len)
         self.eval_rows = lm_pipeline.packed_rows(self.tokenizer, eval_docs, data.seq_len)
         self.model_config, self.model = self.build_model()

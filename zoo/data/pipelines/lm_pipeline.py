@@ -1,12 +1,20 @@
 """Language-model input pipeline: documents -> SentencePiece ids -> packed rows (batched by
-zoo.data.pipelines.batching)."""
+zoo.data.pipelines.batching).
+
+config.data.char_split = f (0 < f < 1) splits instead as nanoGPT's shakespeare_char does: the
+files of config.data.train_files read as one text, verbatim (line breaks kept), its first f of
+the characters for training and the rest for validation (each split one document).
+"""
+
+import collections
 
 import ml_collections
 import numpy as np
 
 from zoo.data.pipelines.packing import pack_lm_rows
-from zoo.data.readers import sources
+from zoo.data.readers import data_source, sources, text_files
 from zoo.data.tokenizers.base import BOS_ID, EOS_ID
+from zoo.errors import ConfigError
 
 Documents = list[list[str]]
 
@@ -38,4 +46,43 @@ def unigram_nll_per_token(train_rows: dict, eval_rows: dict, vocab_size: int) ->
 
 
 def load_splits(cfg: ml_collections.ConfigDict) -> tuple[Documents, Documents]:
+    """(train, validation) documents: config.data's source, or its char_split when set."""
+    fraction = cfg.get("char_split", 0.0)
+    if fraction:
+        return split_by_characters(cfg, fraction)
     return sources.load_documents(cfg, "train"), sources.load_documents(cfg, "validation")
+
+
+def split_by_characters(cfg: ml_collections.ConfigDict, fraction: float
+                        ) -> tuple[Documents, Documents]:
+    """The text of config.data.train_files (its files joined in sorted order, verbatim) cut at
+    character int(len * fraction): ([[first part]], [[rest]])."""
+    if not 0.0 < fraction < 1.0:
+        raise ConfigError(f"config.data.char_split={fraction} must lie strictly between 0 and 1 "
+                          "(the fraction of the text's characters that trains; 0 = off)")
+    if data_source.source_of(cfg) != data_source.FILES:
+        raise ConfigError("config.data.char_split cuts text files: set config.data.source="
+                          f"'files' and config.data.train_files (source is {cfg.source!r})")
+    if cfg.eval_files:
+        raise ConfigError(
+            f"config.data.char_split={fraction} takes both splits from config.data.train_files; "
+            f"leave config.data.eval_files empty (it is {cfg.eval_files!r})")
+    files = sources.expand_files(cfg.train_files, "config.data.train_files")
+    text = "".join(text_files.read_utf8(f, "text file") for f in files)
+    cut = int(len(text) * fraction)
+    if cut == 0 or cut == len(text):
+        raise ConfigError(f"config.data.char_split={fraction} of {len(text)} characters "
+                          f"({', '.join(files)}) leaves a split empty")
+    return [[text[:cut]]], [[text[cut:]]]
+
+
+def unknown_characters(tokenizer, documents: Documents) -> collections.Counter:
+    """Characters of `documents` a character tokenizer never saw (each encodes to its unknown
+    id); empty for other tokenizers."""
+    count = getattr(tokenizer, "unknown_characters", None)
+    found = collections.Counter()
+    if count is not None:
+        for doc in documents:
+            for sentence in doc:
+                found.update(count(sentence))
+    return found

@@ -3,8 +3,9 @@
 `Tokenizer` is what tasks use: ids, character offsets into the original text (SQuAD answer
 spans), special ids and word starts (whole-word masking). `load_tokenizer(path)` picks the
 implementation from the file: a SentencePiece `.model`, a BERT `vocab.txt`
-(zoo.data.tokenizers.wordpiece) or a GPT-2 directory's vocab.json + merges.txt
-(zoo.data.tokenizers.gpt2_bpe).
+(zoo.data.tokenizers.wordpiece), a GPT-2 directory's vocab.json + merges.txt
+(zoo.data.tokenizers.gpt2_bpe) or a character vocabulary `*.chars.json`
+(zoo.data.tokenizers.chars).
 
 SentencePiece models trained here fix their special ids so GPT and BERT share one model:
 pad = 0 (never a real token; loss weight 0), unk = 1, bos = 2, eos = 3, [CLS] = 4, [SEP] = 5,
@@ -26,7 +27,7 @@ from typing import Protocol, runtime_checkable
 import sentencepiece as spm
 
 from zoo import paths
-from zoo.data.tokenizers import sample
+from zoo.data.tokenizers import chars, sample
 from zoo.data.tokenizers.gpt2_bpe import MERGES_FILE, VOCAB_FILE, GPT2Tokenizer
 from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 from zoo.errors import ConfigError, DataError, MissingFileError
@@ -275,11 +276,13 @@ def load_tokenizer(path: str, lowercase: bool = True) -> Tokenizer:
         raise MissingFileError(f"tokenizer {path} does not exist")
     if path.endswith(".model"):
         return SentencePieceTokenizer.load(path)
+    if path.endswith(chars.SUFFIX):
+        return chars.CharTokenizer.load(path)
     if path.endswith(".txt"):
         return WordPieceTokenizer.from_vocab_file(path, lowercase=lowercase)
     raise ConfigError(
         f"tokenizer {path}: cannot tell its kind from the name; give a SentencePiece .model "
-        "file or a WordPiece vocab.txt"
+        f"file, a WordPiece vocab.txt or a character vocabulary *{chars.SUFFIX}"
     )
 
 
@@ -287,9 +290,14 @@ def from_config(data, directory: str, train_documents) -> "Tokenizer":
     """The tokenizer a job's config.data names: `tokenizer` (a .model or vocab.txt; `lowercase`
     for WordPiece), else a SentencePiece model trained on the train documents and cached in
     `directory`, named by its settings so a resumed run (or another phase sharing the
-    directory) reuses it and never retrains."""
+    directory) reuses it and never retrains. tokenizer_type 'chars' builds zoo's character
+    vocabulary instead (zoo.data.tokenizers.chars; vocab_size is then unused)."""
     if data.tokenizer:
         return load_tokenizer(data.tokenizer, lowercase=data.get("lowercase", True))
+    if data.tokenizer_type == "chars":
+        return chars.load_or_train(
+            paths.join(directory, f"vocab{chars.SUFFIX}"),
+            lambda: (sentence for doc in train_documents for sentence in doc))
     name = f"spm-{data.tokenizer_type}-{data.vocab_size}.model"
     size = data.get("tokenizer_sample_sentences")  # None (jobs without the key): every one
 
