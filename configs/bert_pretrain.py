@@ -14,6 +14,12 @@ into config.data.prepared_dir (`python -m zoo.commands.prepare --config=...`), t
 it; without a prepared_dir the job prepares its own, keyed under config.data.cache_dir (by every
 setting), so a rerun, a resume or the other phase never regenerates data it has already
 prepared; point both phases at one cache_dir to share the tokenizer.
+
+Real text: corpus = brown pretrains on the Brown corpus fetched into corpus_dir (default
+'corpora', relative to where the job runs) by `python -m zoo.commands.corpus fetch brown --out
+corpora`: source 'files', train.txt trains and validation.txt evaluates. More English text is
+more globs, comma-separated: --config.data.train_files=corpora/brown/train.txt,\
+corpora/shakespeare/train.txt,corpora/bible/train.txt (docs/tutorials/real-text.md).
 """
 
 import ml_collections
@@ -22,6 +28,7 @@ from configs import common
 from zoo.errors import ConfigError
 from zoo.train.optim import default_optim_config
 
+CORPORA = ("brown",)
 # phase -> (seq_len, max_predictions_per_seq)
 _PHASES = {1: (128, 20), 2: (512, 80)}
 # (optimizer, phase) -> (global batch, peak lr, steps, warmup steps)
@@ -34,7 +41,10 @@ _RECIPES = {
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = common.parse_arg(arg, size="tiny", phase=1, optimizer="adamw")
+    variant = common.parse_arg(arg, size="tiny", phase=1, optimizer="adamw", corpus="",
+                               corpus_dir=common.CORPUS_DIR)
+    if variant.corpus and variant.corpus not in CORPORA:
+        raise common.unknown_corpus(variant.corpus, CORPORA)
     if variant.phase not in _PHASES:
         raise ConfigError(f"config variant phase={variant.phase} must be 1 or 2")
     if variant.optimizer not in ("adamw", "lamb"):
@@ -107,4 +117,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
                         checkpoint_every=200 if tiny else 10_000, best_metric="mlm_loss",
                         log_every=50 if tiny else 100)
     config.mesh = common.mesh_config()
+    if variant.corpus:
+        config.data.update(common.corpus_data(variant.corpus, variant.corpus_dir,
+                                              train_files="train.txt",
+                                              eval_files="validation.txt"))
     return config

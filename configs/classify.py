@@ -21,6 +21,15 @@ dropout follow config.finetune.recipe: 'auto' picks BERT's recipe (full: lr 2e-5
 dropout 0.1) for such a directory or a size other than tiny, and the tiny one (full: lr 1e-3)
 for zoo's tiny runs; the run prints which, and e.g. --config.optim.learning_rate=3e-5
 overrides it.
+
+Real text: corpus = spam_assassin (ham / spam e-mails) | brown_genre (passages of the Brown
+corpus, 15 genres, split by document) reads the corpus fetched into corpus_dir (default
+'corpora', relative to where the job runs) by `python -m zoo.commands.corpus fetch
+spam_assassin --out corpora` (or `fetch brown`): the train and validation TSVs, single texts in
+the column `text`, labels in `label` (test: eval.py with --config.data.eval_file=...test.tsv).
+Fine-tune a BERT pretrained on Brown (configs/bert_pretrain.py:corpus=brown) with
+--config.train.init_from=PRETRAIN_WORKDIR --config.data.cache_dir=PRETRAIN_CACHE
+(docs/tutorials/real-text.md).
 """
 
 import ml_collections
@@ -28,9 +37,16 @@ import ml_collections
 from configs import common
 from zoo.train.optim import default_optim_config
 
+# corpus variant -> (the fetched corpus, its train / validation files)
+CORPORA = {"spam_assassin": ("spam_assassin", "train.tsv", "validation.tsv"),
+           "brown_genre": ("brown", "genre_train.tsv", "genre_validation.tsv")}
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = common.parse_arg(arg, size="tiny", strategy="full", task="fact_check")
+    variant = common.parse_arg(arg, size="tiny", strategy="full", task="fact_check", corpus="",
+                               corpus_dir=common.CORPUS_DIR)
+    if variant.corpus and variant.corpus not in CORPORA:
+        raise common.unknown_corpus(variant.corpus, tuple(CORPORA))
     tiny = variant.size == "tiny"
     config = ml_collections.ConfigDict()
     config.task = "classify"
@@ -85,4 +101,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         config, tiny=common.recipe(1e-2 if head_only else 1e-3, 100, 0.0),
         pretrained=common.recipe(1e-3 if head_only else 2e-5, steps // 10, 0.1))
     config.mesh = common.mesh_config()
+    if variant.corpus:
+        corpus, train, validation = CORPORA[variant.corpus]
+        config.data.update(common.corpus_data(corpus, variant.corpus_dir, train_file=train,
+                                              eval_file=validation),
+                           text_a="text", text_b="none", label="label")
     return config

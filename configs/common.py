@@ -1,6 +1,8 @@
 """Shared config pieces: `path.py:key=value,flag` variant parsing (big_vision style) and blocks
 every job has (mesh, train loop)."""
 
+import os
+
 import ml_collections
 from ml_collections import config_dict
 
@@ -30,6 +32,26 @@ def parse_arg(arg: str | None, **defaults):
                 raise ConfigError(f"config variant {key}={value!r} must be {kind.__name__}, "
                                   f"like its default {defaults[key]!r}") from None
     return result
+
+
+# Where `python -m zoo.commands.corpus fetch NAME --out DIR` put the real corpora: the `corpus_dir`
+# variant of every real-text job, relative to the directory the job runs in (or absolute).
+CORPUS_DIR = "corpora"
+
+
+def corpus_data(corpus: str, corpus_dir: str, **files: str) -> dict:
+    """config.data keys of a job reading the fetched corpus `corpus` (zoo.data.corpora) from
+    `corpus_dir`: source 'files', each key of `files` set to corpus_dir/corpus/<its file>, and
+    config.data.corpus / corpus_dir, by which a missing file is reported with the command that
+    fetches it (zoo.data.corpora.check_fetched) before the job reads anything."""
+    return dict(source="files", corpus=corpus, corpus_dir=corpus_dir,
+                **{key: os.path.join(corpus_dir, corpus, name) for key, name in files.items()})
+
+
+def unknown_corpus(corpus: str, known: tuple[str, ...]) -> ConfigError:
+    """The error of a corpus= variant the job has no recipe for."""
+    return ConfigError(f"config variant corpus={corpus!r} is not one of this job's real-text "
+                       f"corpora {list(known)} ('' = the synthetic default)")
 
 
 def source_config() -> dict:

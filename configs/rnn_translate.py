@@ -13,7 +13,9 @@ Variants: size = tiny | base (Luong et al.'s 4 x 1000 LSTM); cell = lstm | gru |
 attention = none (the course slides' seq2seq: the encoder's last state initialises the
 decoder) | additive (Bahdanau) | dot | general (Luong, with input feeding). A bidirectional encoder:
 --config.model.bidirectional=True. The data block, its overrides and the decoding settings are
-configs/translate.py's (same size), so BLEU compares with the Transformer's.
+configs/translate.py's (same size), so BLEU compares with the Transformer's; so is the real-text
+variant corpus = bible (Spanish -> English verses fetched into corpus_dir, default 'corpora', by
+`python -m zoo.commands.corpus fetch bible --out corpora`; docs/tutorials/real-text.md).
 """
 
 import ml_collections
@@ -26,7 +28,8 @@ from zoo.train.optim import default_optim_config
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = common.parse_arg(arg, size="tiny", cell="lstm", attention="additive")
+    variant = common.parse_arg(arg, size="tiny", cell="lstm", attention="additive", corpus="",
+                               corpus_dir=common.CORPUS_DIR)
     if variant.size not in ("tiny", "base"):
         raise ConfigError(f"config variant size={variant.size!r} must be tiny or base")
     if variant.cell not in CELL_KINDS:
@@ -35,7 +38,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         raise ConfigError(f"config variant attention={variant.attention!r} must be one of "
                           f"{ATTENTIONS}")
     tiny = variant.size == "tiny"
-    transformer = translate.get_config(f"size={variant.size}")
+    transformer = translate.get_config(f"size={variant.size},corpus={variant.corpus},"
+                                       f"corpus_dir={variant.corpus_dir}")
     config = ml_collections.ConfigDict()
     config.task = "rnn_translate"
     config.model = dict(

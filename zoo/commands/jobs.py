@@ -8,6 +8,7 @@ import ml_collections
 
 from zoo import tasks
 from zoo.commands import evaluate as evaluation
+from zoo.data import corpora
 from zoo.train import dry_run as dry_run_lib
 from zoo.train import loop
 
@@ -15,8 +16,11 @@ from zoo.train import loop
 def make_task(config: ml_collections.ConfigDict, workdir: str):
     """The task config.task names, built for `workdir` (a loop.TaskFactory). The loop calls it
     where it builds the task, so an unknown config.task is reported at the same point as ever:
-    a ConfigError listing the tasks."""
-    return tasks.get(config.task)(config, workdir)
+    a ConfigError listing the tasks. A job on a real corpus that is not fetched stops first,
+    with the fetch command (zoo.data.corpora.check_fetched)."""
+    factory = tasks.get(config.task)
+    corpora.check_fetched(config.get("data"))
+    return factory(config, workdir)
 
 
 def train(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, float]:

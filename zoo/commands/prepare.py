@@ -17,6 +17,7 @@ import time
 import jax
 
 from zoo.commands import cli
+from zoo.data import corpora
 from zoo.data.pipelines.pretraining import job_data as pretraining_data
 from zoo.errors import ConfigError
 from zoo.tasks import squad
@@ -32,6 +33,7 @@ def main(config, workdir: str) -> None:
             "(configs/bert_pretrain.py, task 'mlm_nsp') and SQuAD features (configs/squad.py); "
             "other jobs prepare their data themselves when train.py starts")
     data = config.data
+    corpora.check_fetched(data)
     index, count = jax.process_index(), jax.process_count()
     prefix = f"prepare [process {index}/{count}]" if count > 1 else "prepare"
 

@@ -18,17 +18,18 @@ import yaml
 
 # Variants read besides each job's default, so keys only some variants have are documented too.
 VARIANTS = {
-    "bert_pretrain": ["size=base", "size=base,phase=2", "size=base,optimizer=lamb"],
-    "classify": ["strategy=frozen", "size=base"],
+    "bert_pretrain": ["size=base", "size=base,phase=2", "size=base,optimizer=lamb",
+                      "corpus=brown"],
+    "classify": ["strategy=frozen", "size=base", "corpus=spam_assassin"],
     "elmo": ["size=base"],
     "feature_classify": ["kind=word2vec", "task=binding"],
-    "gpt": ["size=124M"],
+    "gpt": ["size=124M", "corpus=shakespeare"],
     "gpt_classify": ["task=multiple_choice", "size=124M"],
     "nnlm": ["size=base"],
-    "rnn_translate": ["attention=none", "size=base"],
-    "rnnlm": ["cell=gru", "size=base"],
+    "rnn_translate": ["attention=none", "size=base", "corpus=bible"],
+    "rnnlm": ["cell=gru", "size=base", "corpus=brown"],
     "squad": ["version=2.0", "size=base"],
-    "translate": ["size=base", "norm=pre,share=none"],
+    "translate": ["size=base", "norm=pre,share=none", "corpus=bible"],
     "word2vec": ["mode=cbow", "size=base"],
 }
 # Subtrees documented as one value (a table of values, not keys of their own).

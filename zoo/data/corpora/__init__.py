@@ -13,8 +13,9 @@ import os
 import tempfile
 from collections.abc import Callable, Sequence
 
+from zoo import paths
 from zoo.data.corpora import fetching, writing
-from zoo.errors import ConfigError
+from zoo.errors import ConfigError, MissingFileError
 
 CORPORA = ("shakespeare", "brown", "spam_assassin", "bible")  # each a module of this package
 
@@ -88,3 +89,30 @@ def fetch(name: str, out: str, given: Sequence[str] = (),
             writing.write_manifest(staging, manifest)
     report(f"{name}: wrote {final}")
     return manifest
+
+
+# config.data keys that name files; those under a fetched corpus's directory are checked.
+_FILE_KEYS = ("train_files", "eval_files", "train_file", "eval_file", "train_target_file",
+              "eval_target_file")
+
+
+def check_fetched(data) -> None:
+    """For a job reading a fetched corpus (config.data.corpus names it, fetched into
+    config.data.corpus_dir: the configs' `corpus=` variants): a MissingFileError naming the
+    first of its files the config names that is not there, and the command that fetches it.
+    Nothing for other jobs, or for files outside the corpus's directory (an override)."""
+    name = data.get("corpus", "") if hasattr(data, "get") else ""
+    if not name:
+        return
+    corpus_dir = data.get("corpus_dir", "") or "."
+    root = os.path.normpath(os.path.join(corpus_dir, name))
+    for key in _FILE_KEYS:
+        for path in filter(None, (p.strip() for p in str(data.get(key, "") or "").split(","))):
+            inside = os.path.normpath(path).startswith(root + os.sep)
+            if not inside or any(c in path for c in "*?[") or paths.as_path(path).exists():
+                continue
+            raise MissingFileError(
+                f"config.data.{key}: {path} does not exist (relative to {os.getcwd()}): the "
+                f"{name!r} corpus is not fetched into {corpus_dir}. Fetch it with `python -m "
+                f"zoo.commands.corpus fetch {name} --out {corpus_dir}`, or add "
+                "corpus_dir=DIR to the --config variant to read it from where you fetched it")
