@@ -74,6 +74,7 @@ def config_from_hf(hf_config: Mapping[str, Any] | Any, **overrides: Any) -> Bert
         dropout_rate=hf.get("hidden_dropout_prob", 0.1),
         attention_dropout_rate=hf.get("attention_probs_dropout_prob", 0.1),
         layer_norm_epsilon=hf.get("layer_norm_eps", 1e-12),
+        initializer_range=hf.get("initializer_range", 0.02),
     )
     kw.update(overrides)
     return BertConfig(**kw)
@@ -115,6 +116,7 @@ def config_to_hf(config: BertConfig, *, num_labels: int | None = None,
         max_position_embeddings=config.max_position_embeddings,
         type_vocab_size=config.type_vocab_size,
         layer_norm_eps=config.layer_norm_epsilon,
+        initializer_range=config.initializer_range,
         position_embedding_type="absolute",
         is_decoder=False,
         add_cross_attention=False,

@@ -43,6 +43,9 @@ class BertConfig:
     dropout_rate: float = 0.1
     attention_dropout_rate: float = 0.1
     layer_norm_epsilon: float = 1e-12
+    # Standard deviation of every weight matrix and embedding table at initialisation (HF's
+    # `initializer_range`; google-research/bert draws a truncated normal of the same scale).
+    initializer_range: float = 0.02
     backend: str = "einsum"
     attention_block: int = 512
     attention_window: int = 0
@@ -136,6 +139,21 @@ def _dtypes(config: BertConfig) -> dict[str, Any]:
     return dict(dtype=jnp.dtype(config.dtype), param_dtype=jnp.dtype(config.param_dtype))
 
 
+def weight_init(config: BertConfig) -> nn.initializers.Initializer:
+    """N(0, initializer_range^2), BERT's initialiser for every kernel and embedding table.
+
+    Not the fan-in scaled lecun_normal of zoo.nn's layers: at width 64 that draws kernels of
+    std 0.125 (0.0625 for the FFN output), 3-6x BERT's 0.02, and tiny BERT trained on Brown
+    then trailed Hugging Face's BertForPreTraining fed the same batches on MLM loss, MLM
+    accuracy and NSP accuracy (tests/models/test_bert_training.py).
+    """
+    return nn.initializers.normal(stddev=config.initializer_range)
+
+
+def _kernel(config: BertConfig) -> dict[str, Any]:
+    return dict(_dtypes(config), kernel_init=weight_init(config))
+
+
 def attention_spec(attention_mask: jnp.ndarray | None, window: int = 0) -> MaskSpec | None:
     """[B, T] bool/int token validity (1 = real token) and a local window (0 = none) -> the
     encoder's mask description (None: every token sees every token).
@@ -172,7 +190,7 @@ class BertEmbeddings(nn.Module):
 
     def setup(self):
         cfg = self.config
-        kw = _dtypes(cfg)
+        kw = dict(_dtypes(cfg), embedding_init=weight_init(cfg))
         self.word_embeddings = Embed(cfg.vocab_size, cfg.hidden_size, **kw)
         # A 2-row table is not worth splitting over the tensor axis (see TokenSegmentPosition-
         # Embedding).
@@ -182,7 +200,7 @@ class BertEmbeddings(nn.Module):
         self.position_embeddings = LearnedPositionalEmbedding(
             cfg.max_position_embeddings, cfg.hidden_size, **kw
         )
-        self.norm = LayerNorm(epsilon=cfg.layer_norm_epsilon, **kw)
+        self.norm = LayerNorm(epsilon=cfg.layer_norm_epsilon, **_dtypes(cfg))
         self.dropout = nn.Dropout(cfg.dropout_rate)
 
     def __call__(self, input_ids, token_type_ids=None, positions=None, *, deterministic=True):
@@ -218,7 +236,7 @@ class BertPooler(nn.Module):
         """sequence_output [B, T, H] -> pooled [B, H]."""
         cls = sequence_output[:, 0]  # (B, H): the [CLS] token
         dense = Dense(self.config.hidden_size, ("embed", "mlp"), name="dense",
-                      **_dtypes(self.config))
+                      **_kernel(self.config))
         return jnp.tanh(dense(cls))
 
 
@@ -243,7 +261,7 @@ class BertModel(nn.Module):
             attention_block=cfg.attention_block,
             scan_layers=cfg.scan_layers,
             remat=cfg.remat,
-            **_dtypes(cfg),
+            **_kernel(cfg),
         )
         self.pooler = BertPooler(cfg)
 
@@ -314,7 +332,7 @@ class BertMLMHead(nn.Module):
         cfg = self.config
         kw = _dtypes(cfg)
         h = gather_positions(sequence_output, masked_positions)  # (B, P, H)
-        h = Dense(cfg.hidden_size, ("embed", "mlp"), name="transform", **kw)(h)
+        h = Dense(cfg.hidden_size, ("embed", "mlp"), name="transform", **_kernel(cfg))(h)
         h = get_activation("gelu")(h)
         h = LayerNorm(epsilon=cfg.layer_norm_epsilon, name="transform_norm", **kw)(h)
         bias = self.param(
@@ -355,7 +373,7 @@ class BertForPreTraining(nn.Module):
             sequence_output, masked_positions, bert.attend
         )
         nsp_logits = Dense(2, ("embed", None), name="seq_relationship",
-                           **_dtypes(self.config))(pooled)  # (B, 2)
+                           **_kernel(self.config))(pooled)  # (B, 2)
         return mlm_logits, nsp_logits.astype(jnp.float32)
 
 
@@ -388,7 +406,7 @@ class BertForQuestionAnswering(nn.Module):
         )
         # One Dense to 2 outputs per token, as HF's qa_outputs (and google-research's
         # cls/squad/output_weights): channel 0 scores span starts, channel 1 span ends.
-        logits = Dense(2, ("embed", None), name="qa_outputs", **_dtypes(self.config))(
+        logits = Dense(2, ("embed", None), name="qa_outputs", **_kernel(self.config))(
             sequence_output
         ).astype(jnp.float32)  # (B, T, 2)
         logits = nn.with_logical_constraint(logits, ("act_batch", "act_len", None))
@@ -421,7 +439,7 @@ class BertForSequenceClassification(nn.Module):
         rate = self.config.dropout_rate if self.dropout_rate is None else self.dropout_rate
         self.bert = BertModel(self.config)
         self.dropout = nn.Dropout(rate)
-        self.classifier = Dense(self.num_labels, ("embed", None), **_dtypes(self.config))
+        self.classifier = Dense(self.num_labels, ("embed", None), **_kernel(self.config))
 
     def __call__(self, input_ids, token_type_ids, attention_mask, *, deterministic=True,
                  sow_weights=False):
