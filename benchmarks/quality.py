@@ -1,0 +1,130 @@
+"""Training quality beside the reference implementation, on the same bytes (issue 37).
+
+    python -m benchmarks.quality --corpus DIR          # full: ~50 min on a 2-core CPU
+    python -m benchmarks.quality --corpus DIR --pairs gpt --seeds 0,1,2
+    python -m benchmarks.quality --quick               # ~3 min, a fixture corpus, one seed
+
+Pairs (each trains zoo's job and its peer in one process, one step each in turns, on identical
+numpy batches in the same order, same recipe and step budget; see benchmarks.quality_sides):
+  gpt   zoo's GPT job vs Hugging Face's PyTorch GPT2LMHeadModel, character level on Shakespeare,
+        nanoGPT's CPU recipe (benchmarks.quality_gpt); metric: val loss (goal: within 0.05).
+  lstm  zoo's RNN LM job vs a torch.nn.LSTM LM of the same shape and init family, word level on
+  gru   Brown (benchmarks.quality_rnn); validation and test perplexity (goal: within 3%).
+
+DIR is what `python -m zoo.commands.corpus fetch shakespeare|brown --out DIR` writes (layout in
+benchmarks.quality_data). --quick writes a small fixture corpus of the same layout (or reads
+--corpus), runs reduced recipes and one seed, and by default writes into a fresh temporary
+directory, so it never replaces the committed results.
+
+Outputs in benchmarks.machine.results_dir(--out): quality.jsonl, quality.md, quality_<pair>.png
+(benchmarks.quality_report).
+"""
+
+import os
+
+# Before torch loads OpenMP: its worker threads otherwise spin-wait between the many small
+# parallel regions of a tiny model, and on a 2-core machine shared with XLA's thread pool (and
+# here another training job) a step of the GPT peer measured 0.41-3.1 s in turns with zoo's,
+# against 0.09 s with passive waiting; zoo's step was unchanged (0.10-0.15 s).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import jax  # noqa: E402
+
+from benchmarks import machine, peers, quality_data, quality_gpt, quality_report  # noqa: E402
+from benchmarks import quality_rnn  # noqa: E402
+from zoo import errors  # noqa: E402
+from zoo.errors import ConfigError  # noqa: E402
+
+PAIRS = ("gpt", "lstm", "gru")
+
+NOTES = [
+    "zoo runs its job's own code: the config's task and loss, "
+    "zoo.train.optim.make_optimizer(config.optim) and zoo.train.loop's jitted train step.",
+    "The peers' AdamW groups: decay on every parameter with dim >= 2 (embeddings included, "
+    "biases and LayerNorm not), zoo.train.optim.decay_mask's split by name.",
+    "The learning rate is zoo's schedule on both sides: linear warm-up from 0 at step 0 "
+    "(nanoGPT starts its warm-up at lr / (warmup + 1)), then cosine to end_learning_rate.",
+    "RNN LMs: neither side carries the state from one window to the next (zoo's train step is "
+    "stateless), so the perplexities are those of 35-token contexts at most.",
+]
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--corpus", default="", help="corpus directory (shakespeare/, brown/)")
+    parser.add_argument("--quick", action="store_true",
+                        help="reduced recipes, one seed, a fixture corpus unless --corpus")
+    parser.add_argument("--pairs", default=",".join(PAIRS), help=f"of {PAIRS}")
+    parser.add_argument("--seeds", default="", help="comma-separated; default 0,1 (quick: 0)")
+    parser.add_argument("--out", default="", help="results directory; default "
+                        "benchmarks/results/<machine> (quick: a new temporary directory)")
+    return parser.parse_args(argv)
+
+
+def run(args) -> list[str]:
+    pairs = [p for p in args.pairs.split(",") if p]
+    unknown = sorted(set(pairs) - set(PAIRS))
+    if unknown:
+        raise ConfigError(f"--pairs: unknown {unknown}; choose from {PAIRS}")
+    seeds = [int(s) for s in (args.seeds or ("0" if args.quick else "0,1")).split(",")]
+    reason = peers.unavailable_reason(jax.devices()[0].platform)
+    if reason:
+        raise ConfigError(f"benchmarks.quality needs its PyTorch peers: {reason}")
+    corpus_dir = args.corpus
+    if args.quick and not corpus_dir:
+        corpus_dir = quality_data.write_fixture_corpus(tempfile.mkdtemp(prefix="quality_corpus_"))
+    if not corpus_dir:
+        raise ConfigError("--corpus DIR is required (or --quick for the fixture corpus)")
+    out = args.out or (tempfile.mkdtemp(prefix="quality_") if args.quick else "")
+    directory = machine.results_dir(out or None)
+    torch_info = peers.setup_torch("cpu")
+    started, start = datetime.datetime.now(datetime.timezone.utc), time.perf_counter()
+    header = dict(machine=machine.machine_name(), zoo_commit=machine.zoo_commit(),
+                  jax=jax.__version__, torch=torch_info["torch"],
+                  transformers=torch_info["transformers"], threads=torch_info["torch_threads"],
+                  mode="quick" if args.quick else "full", corpus=corpus_dir,
+                  started=started.strftime("%Y-%m-%d %H:%M UTC"), seeds=seeds, notes=NOTES)
+    log = lambda line: print(line, flush=True)  # noqa: E731
+    records = []
+    if "gpt" in pairs:
+        chars = quality_data.load_shakespeare(corpus_dir)
+        recipe = quality_gpt.QUICK if args.quick else quality_gpt.FULL
+        for seed in seeds:
+            log(f"gpt-char-shakespeare seed {seed}: {chars.vocab_size} characters, "
+                f"{len(chars.train):,} train / {len(chars.val):,} val")
+            records.append(quality_gpt.run(chars, recipe, seed, log))
+    cells = [p for p in pairs if p in ("lstm", "gru")]
+    if cells:
+        words = quality_data.load_brown(corpus_dir)
+        recipe = quality_rnn.QUICK if args.quick else quality_rnn.FULL
+        for cell in cells:
+            for seed in seeds:
+                log(f"{cell}-word-brown seed {seed}: {words.vocab_size:,} words, "
+                    + ", ".join(f"{k} {len(v):,}" for k, v in words.splits.items()))
+                records.append(quality_rnn.run(words, cell, recipe, seed, log))
+    header["wall_s"] = time.perf_counter() - start
+    paths = quality_report.write(directory, header, records)
+    for s in map(quality_report.summarize, records):
+        log(f"{s['pair']} seed {s['seed']}: zoo - peer loss {s['loss_gap']:+.4f}, perplexity "
+            f"zoo/peer {s['perplexity_ratio']:.3f}, step zoo/peer {s['step_ratio']:.2f}")
+    log("wrote " + ", ".join(paths))
+    return paths
+
+
+def main(argv=None) -> int:
+    try:
+        run(parse_args(argv))
+    except errors.UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
