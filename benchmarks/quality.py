@@ -3,6 +3,11 @@
     python -m benchmarks.quality --corpus DIR          # full: ~50 min on a 2-core CPU
     python -m benchmarks.quality --corpus DIR --pairs gpt --seeds 0,1,2
     python -m benchmarks.quality --quick               # ~3 min, a fixture corpus, one seed
+    python -m benchmarks.quality --merge A,B,C         # one report of runs made apart
+
+--merge joins the quality.jsonl of runs made separately (e.g. one process per pair, started
+together on a machine shared with other jobs: each pair's two sides still alternate step by
+step in their own process, so their times compare) into one quality.{jsonl,md} and the plots.
 
 Pairs (each trains zoo's job and its peer in one process, one step each in turns, on identical
 numpy batches in the same order, same recipe and step budget; see benchmarks.quality_sides):
@@ -30,6 +35,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
+import json  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -62,12 +68,35 @@ def parse_args(argv=None):
                         help="reduced recipes, one seed, a fixture corpus unless --corpus")
     parser.add_argument("--pairs", default=",".join(PAIRS), help=f"of {PAIRS}")
     parser.add_argument("--seeds", default="", help="comma-separated; default 0,1 (quick: 0)")
+    parser.add_argument("--merge", default="",
+                        help="comma-separated result directories to join into --out")
     parser.add_argument("--out", default="", help="results directory; default "
                         "benchmarks/results/<machine> (quick: a new temporary directory)")
     return parser.parse_args(argv)
 
 
+def merge(directories: list[str], out: str) -> list[str]:
+    """One report from the quality.jsonl files of `directories` (header: the first one's, with
+    every run's mode, commit, start and wall time)."""
+    headers, records = [], []
+    for directory in directories:
+        with open(os.path.join(directory, "quality.jsonl")) as f:
+            lines = [json.loads(line) for line in f]
+        headers.append(lines[0])
+        records += [{k: v for k, v in r.items() if k != "summary"} for r in lines[1:]]
+    header = {k: v for k, v in headers[0].items() if k != "record"}
+    commits = sorted({h["zoo_commit"] for h in headers})
+    header.update(zoo_commit=", ".join(commits), started=min(h["started"] for h in headers),
+                  wall_s=max(h["wall_s"] for h in headers),
+                  seeds=sorted({s for h in headers for s in h["seeds"]}),
+                  merged_from=[{k: h[k] for k in ("started", "wall_s", "zoo_commit", "mode")}
+                               for h in headers])
+    return quality_report.write(machine.results_dir(out or None), header, records)
+
+
 def run(args) -> list[str]:
+    if args.merge:
+        return merge([d for d in args.merge.split(",") if d], args.out)
     pairs = [p for p in args.pairs.split(",") if p]
     unknown = sorted(set(pairs) - set(PAIRS))
     if unknown:

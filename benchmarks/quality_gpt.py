@@ -7,8 +7,10 @@ character level on Shakespeare, with nanoGPT's CPU recipe (README "I only have a
     configure_optimizers: embeddings decay, biases and LayerNorm do not), clip 1.0;
     val loss = mean over 200 random val batches (eval_iters), every 250 steps.
 
-zoo's side is configs/gpt.py:size=tiny with these numbers set in its model/optim/train blocks
-(`job_config`): the job's task, optimizer and train step, nothing hand-rolled. The peer is
+zoo's side is the job `configs/gpt.py:corpus=shakespeare` (`job_config`): its task, optimizer
+and train step, nothing hand-rolled; only its corpus reader is replaced by the shared batches
+(its tokenizer would add special ids to the characters; here the vocabulary is nanoGPT's, the
+characters alone, on both sides). The peer is
 GPT2LMHeadModel from the same GPTConfig (benchmarks.peers.hf_gpt2: same widths, GELU (tanh),
 LayerNorm eps, biases, tied output), with Hugging Face's own initialisation.
 """
@@ -38,13 +40,14 @@ class Recipe:
 
 
 FULL = Recipe()
-# --quick: the same model and optimizer on the fixture corpus, 300 steps (warm-up 30).
-QUICK = Recipe(steps=300, warmup=30, eval_every=100, eval_batches=50)
+# --quick: the same model and optimizer on the fixture corpus, 200 steps (warm-up 20).
+QUICK = Recipe(steps=200, warmup=20, eval_every=100, eval_batches=20)
 
 
 def job_config(recipe: Recipe, vocab_size: int, seed: int) -> ml_collections.ConfigDict:
-    """configs/gpt.py:size=tiny with nanoGPT's CPU recipe in its blocks."""
-    config = gpt_job.get_config("size=tiny")
+    """The job `configs/gpt.py:corpus=shakespeare` (nanoGPT's CPU recipe already: FULL sets
+    the values it has) with the recipe's numbers, so --quick can shrink them."""
+    config = gpt_job.get_config("corpus=shakespeare")
     w = recipe.width
     config.model.update(num_layers=recipe.layers, num_heads=recipe.heads, embed_dim=w,
                         mlp_dim=4 * w, max_len=recipe.block, dropout_rate=0.0,

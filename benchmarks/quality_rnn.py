@@ -16,7 +16,7 @@ zero except the LSTM's forget gate at 1, output kernel lecun-normal with a zero 
 LSTM keeps two bias vectors per gate where zoo's keeps their sum; the peer's bias_hh stays at zero
 and frozen, so both sides train the same parameters (the GRU's two biases are zoo's two as well).
 
-The recipe is configs/rnnlm.py:size=tiny's optimizer (AdamW, warm-up, cosine, clip 1.0; its
+The recipe is configs/rnnlm.py:corpus=brown's optimizer (size tiny's) (AdamW, warm-up, cosine, clip 1.0; its
 learning rate, betas and decay) with the model widths and step budget of `Recipe`.
 """
 
@@ -51,8 +51,9 @@ QUICK = Recipe(steps=150, batch=16, window=20, embed=64, hidden=64, eval_every=5
 
 def job_config(cell: str, recipe: Recipe, vocab_size: int, seed: int
                ) -> ml_collections.ConfigDict:
-    """configs/rnnlm.py:size=tiny,cell=<cell> with the recipe's widths, batch and steps."""
-    config = rnnlm_job.get_config(f"size=tiny,cell={cell}")
+    """The job configs/rnnlm.py:cell=<cell>,corpus=brown (size tiny) with the recipe's widths,
+    batch and steps; its vocabulary is replaced by quality_data's (count >= 2)."""
+    config = rnnlm_job.get_config(f"size=tiny,cell={cell},corpus=brown")
     config.model.update(embed_dim=recipe.embed, hidden_size=recipe.hidden,
                         num_layers=recipe.layers)
     config.data.update(seq_len=recipe.window, batch_size=recipe.batch, vocab_size=vocab_size)
