@@ -143,6 +143,7 @@ def config_from_hf(hf_config: Mapping[str, Any] | Any, **overrides: Any) -> GPTC
         dropout_rate=resid,
         attention_dropout_rate=hf.get("attn_pdrop", 0.1),
         layer_norm_epsilon=hf.get("layer_norm_epsilon", 1e-5),
+        initializer_range=hf.get("initializer_range", 0.02),
     )
     kw.update(overrides)
     return GPTConfig(**kw)
@@ -175,6 +176,7 @@ def config_to_hf(config: GPTConfig, **extra: Any) -> dict[str, Any]:
         embd_pdrop=config.dropout_rate,
         attn_pdrop=config.attention_dropout_rate,
         layer_norm_epsilon=config.layer_norm_epsilon,
+        initializer_range=config.initializer_range,
         scale_attn_weights=True,
         scale_attn_by_inverse_layer_idx=False,
         reorder_and_upcast_attn=False,

@@ -70,6 +70,8 @@ class MultiHeadAttention(nn.Module):
       dtype: compute dtype; logits and softmax are float32 regardless.
       param_dtype: parameter dtype.
       kernel_init: initialiser of the four projection kernels.
+      out_kernel_init: the output projection's initialiser instead (None = kernel_init), for
+        models that scale the projections writing into the residual stream (GPT-2).
     """
 
     num_heads: int
@@ -85,6 +87,7 @@ class MultiHeadAttention(nn.Module):
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
     kernel_init: Initializer = default_kernel_init
+    out_kernel_init: Initializer | None = None
 
     @nn.compact
     def __call__(self, inputs_q, inputs_kv=None, *, mask=None, bias=None, deterministic=True,
@@ -186,8 +189,8 @@ class MultiHeadAttention(nn.Module):
 
         out = Dense(
             out_features, ("heads", "kv", "embed"), num_in=2, use_bias=self.use_bias,
-            dtype=self.dtype, param_dtype=self.param_dtype, kernel_init=self.kernel_init,
-            name="out",
+            dtype=self.dtype, param_dtype=self.param_dtype,
+            kernel_init=self.out_kernel_init or self.kernel_init, name="out",
         )(out)  # (B, T, H, D) -> (B, T, E)
         out = nn.with_logical_constraint(out, ("act_batch", "act_len", "act_embed"))
         return (out, weights) if return_weights else out

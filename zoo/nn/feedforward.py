@@ -50,6 +50,10 @@ class FeedForward(nn.Module):
     param_dtype: Dtype = jnp.float32
     kernel_init: Initializer = default_kernel_init
     bias_init: Initializer = nn.initializers.zeros_init()
+    # `wo`'s initialiser; None = kernel_init. GPT-2 draws the projections that write into the
+    # residual stream with std 0.02 / sqrt(2 * layers), so the stream's variance does not grow
+    # with depth.
+    out_kernel_init: Initializer | None = None
 
     @nn.compact
     def __call__(self, x: jnp.ndarray, *, deterministic: bool = True) -> jnp.ndarray:
@@ -68,4 +72,6 @@ class FeedForward(nn.Module):
             h = nn.with_logical_constraint(h, ("act_batch", "act_len", "act_mlp"))
         h = nn.Dropout(self.dropout_rate)(h, deterministic=deterministic)
         out = self.out_features or x.shape[-1]
+        if self.out_kernel_init is not None:
+            dense["kernel_init"] = self.out_kernel_init
         return Dense(out, ("mlp", "embed"), name="wo", **dense)(h)  # (B, T, d)

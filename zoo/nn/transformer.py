@@ -86,6 +86,8 @@ class LayerSettings(nn.Module):
       use_bias: biases in the attention and feed-forward projections.
       dtype, param_dtype: compute and parameter dtypes.
       kernel_init: initializer of every projection kernel.
+      out_kernel_init: initializer of the kernels that write into the residual stream (the
+        attention output and the feed-forward `wo`); None = kernel_init.
     """
 
     num_heads: int
@@ -104,6 +106,7 @@ class LayerSettings(nn.Module):
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
     kernel_init: Initializer = default_kernel_init
+    out_kernel_init: Initializer | None = None
 
 
 class DecoderSettings(LayerSettings):
@@ -150,6 +153,7 @@ class EncoderLayer(LayerSettings):
                 dtype=self.dtype,
                 param_dtype=self.param_dtype,
                 kernel_init=self.kernel_init,
+                out_kernel_init=self.out_kernel_init,
                 name="self_attention",
             )(h, mask=mask, deterministic=deterministic, sow_weights=sow_weights)
 
@@ -209,6 +213,7 @@ class DecoderLayer(DecoderSettings):
             dtype=self.dtype,
             param_dtype=self.param_dtype,
             kernel_init=self.kernel_init,
+            out_kernel_init=self.out_kernel_init,
         )
 
         def self_attention(h):
@@ -238,6 +243,7 @@ def _mlp(layer: nn.Module, deterministic: bool) -> Callable[[jnp.ndarray], jnp.n
             dtype=layer.dtype,
             param_dtype=layer.param_dtype,
             kernel_init=layer.kernel_init,
+            out_kernel_init=layer.out_kernel_init,
             name="mlp",
         )(h, deterministic=deterministic)
 
