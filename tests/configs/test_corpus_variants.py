@@ -105,6 +105,15 @@ def test_a_corpus_not_fetched_is_one_error_with_the_fetch_command(module, varian
     assert "corpus_dir=" in message and "\n" not in message
 
 
+def test_the_prepare_command_checks_before_preparing(tmp_path):
+    from zoo.commands import prepare
+
+    config = bert_pretrain.get_config(f"size=tiny,corpus=brown,corpus_dir={tmp_path}")
+    with pytest.raises(MissingFileError, match="corpus fetch brown --out"):
+        prepare.main(config, str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()  # nothing prepared, nothing written
+
+
 def test_a_file_outside_the_corpus_is_left_to_the_reader(tmp_path):
     """An override pointing elsewhere is the user's own file: not the corpus's to report."""
     config = gpt.get_config(f"corpus=shakespeare,corpus_dir={tmp_path}")
