@@ -10,7 +10,8 @@ from zoo.errors import ConfigError
 
 
 def _data(**kw):
-    return ml_collections.ConfigDict(dict(common.source_config(), **kw))
+    return ml_collections.ConfigDict(dict(common.source_config(), **dict(
+        dict(tokenizer_type="chars"), **kw)))
 
 
 def test_first_fraction_of_characters_trains_and_the_rest_validates(tmp_path):
@@ -36,6 +37,7 @@ def test_off_by_default_reads_the_sources_own_splits(tmp_path):
     (dict(char_split=1.0), "strictly between 0 and 1"),
     (dict(char_split=0.9, source="synthetic"), "set config.data.source='files'"),
     (dict(char_split=0.9, eval_files="v.txt"), "leave config.data.eval_files empty"),
+    (dict(char_split=0.9, tokenizer_type="bpe"), "set config.data.tokenizer_type='chars'"),
 ])
 def test_misuse_is_a_config_error_naming_the_key(tmp_path, kw, message):
     (tmp_path / "t.txt").write_text("abcdefghij", encoding="utf-8")

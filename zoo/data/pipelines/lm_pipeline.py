@@ -67,6 +67,13 @@ def split_by_characters(cfg: ml_collections.ConfigDict, fraction: float
         raise ConfigError(
             f"config.data.char_split={fraction} takes both splits from config.data.train_files; "
             f"leave config.data.eval_files empty (it is {cfg.eval_files!r})")
+    if not cfg.get("tokenizer") and cfg.get("tokenizer_type") != "chars":
+        # SentencePiece's trainer skips sentences over ~4 KB: one verbatim text leaves it none.
+        raise ConfigError(
+            "config.data.char_split keeps each split as one verbatim text, which a SentencePiece "
+            f"model (tokenizer_type={cfg.get('tokenizer_type')!r}) cannot be trained on: set "
+            "config.data.tokenizer_type='chars', or give a trained tokenizer in "
+            "config.data.tokenizer")
     files = sources.expand_files(cfg.train_files, "config.data.train_files")
     text = "".join(text_files.read_utf8(f, "text file") for f in files)
     cut = int(len(text) * fraction)
