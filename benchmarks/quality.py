@@ -35,6 +35,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
+import glob  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -80,7 +81,19 @@ def merge(directories: list[str], out: str) -> list[str]:
     every run's mode, commit, start and wall time)."""
     headers, records = [], []
     for directory in directories:
-        with open(os.path.join(directory, "quality.jsonl")) as f:
+        path = os.path.join(directory, "quality.jsonl")
+        if not os.path.exists(path):  # a run cut short: its progress files
+            partial = sorted(glob.glob(os.path.join(directory, "quality_partial_*.json")))
+            if not partial:
+                raise ConfigError(f"--merge: {directory} has no quality.jsonl and no "
+                                  "quality_partial_*.json")
+            for name in partial:
+                with open(name) as f:
+                    record = json.load(f)
+                headers.append(record.pop("header"))
+                records.append(record)
+            continue
+        with open(path) as f:
             lines = [json.loads(line) for line in f]
         headers.append(lines[0])
         records += [{k: v for k, v in r.items() if k != "summary"} for r in lines[1:]]
@@ -120,6 +133,18 @@ def run(args) -> list[str]:
                   mode="quick" if args.quick else "full", corpus=corpus_dir,
                   started=started.strftime("%Y-%m-%d %H:%M UTC"), seeds=seeds, notes=NOTES)
     log = lambda line: print(line, flush=True)  # noqa: E731
+
+    def progress(record):
+        """The run so far as quality_partial_<pair>_<seed>.json (its metric: the curve's)."""
+        record = json.loads(json.dumps(record))  # a copy, tuples as lists
+        for side in record["sides"].values():
+            side["final"] = dict(side["curve"][-1][1])
+        record.update(partial=True, metric=next(iter(side["final"])),
+                      header=dict(header, wall_s=time.perf_counter() - start))
+        path = os.path.join(directory, f"quality_partial_{record['pair']}_{record['seed']}.json")
+        with open(path, "w") as f:
+            json.dump(record, f)
+
     records = []
     if "gpt" in pairs:
         chars = quality_data.load_shakespeare(corpus_dir)
@@ -127,7 +152,7 @@ def run(args) -> list[str]:
         for seed in seeds:
             log(f"gpt-char-shakespeare seed {seed}: {chars.vocab_size} characters, "
                 f"{len(chars.train):,} train / {len(chars.val):,} val")
-            records.append(quality_gpt.run(chars, recipe, seed, log))
+            records.append(quality_gpt.run(chars, recipe, seed, log, progress))
     cells = [p for p in pairs if p in ("lstm", "gru")]
     if cells:
         words = quality_data.load_brown(corpus_dir)
@@ -136,9 +161,11 @@ def run(args) -> list[str]:
             for seed in seeds:
                 log(f"{cell}-word-brown seed {seed}: {words.vocab_size:,} words, "
                     + ", ".join(f"{k} {len(v):,}" for k, v in words.splits.items()))
-                records.append(quality_rnn.run(words, cell, recipe, seed, log))
+                records.append(quality_rnn.run(words, cell, recipe, seed, log, progress))
     header["wall_s"] = time.perf_counter() - start
     paths = quality_report.write(directory, header, records)
+    for name in glob.glob(os.path.join(directory, "quality_partial_*.json")):
+        os.remove(name)  # the finished records replace them
     for s in map(quality_report.summarize, records):
         log(f"{s['pair']} seed {s['seed']}: zoo - peer loss {s['loss_gap']:+.4f}, perplexity "
             f"zoo/peer {s['perplexity_ratio']:.3f}, step zoo/peer {s['step_ratio']:.2f}")

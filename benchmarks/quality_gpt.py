@@ -36,12 +36,13 @@ class Recipe:
     min_learning_rate: float = 1e-4
     warmup: int = 100
     eval_every: int = 250
-    eval_batches: int = 200
+    eval_batches: int = 200  # the final val loss (nanoGPT's eval_iters)
+    curve_batches: int = 25  # the curve's points every eval_every steps (the first of the 200)
 
 
 FULL = Recipe()
 # --quick: the same model and optimizer on the fixture corpus, 200 steps (warm-up 20).
-QUICK = Recipe(steps=200, warmup=20, eval_every=100, eval_batches=20)
+QUICK = Recipe(steps=200, warmup=20, eval_every=100, eval_batches=20, curve_batches=20)
 
 
 def job_config(recipe: Recipe, vocab_size: int, seed: int) -> ml_collections.ConfigDict:
@@ -70,10 +71,15 @@ def hf_side(model_config, optim: ml_collections.ConfigDict, seed: int, eval_rows
     return quality_sides.TorchSide(model, lambda x: model(input_ids=x).logits, optim, eval_rows)
 
 
-def run(corpus: quality_data.CharCorpus, recipe: Recipe, seed: int, log=print
-        ) -> dict[str, Any]:
+def run(corpus: quality_data.CharCorpus, recipe: Recipe, seed: int, log=print,
+        progress=lambda record: None) -> dict[str, Any]:
     """One seed of the pair: both sides initialised from `seed`, trained in turns on the
-    get_batch stream of `seed`, evaluated on the same 200 val batches."""
+    get_batch stream of `seed`, evaluated on the same val batches: the first `curve_batches`
+    every `eval_every` steps, all 200 at the end. `progress(record)`: the record so far, after
+    every curve point."""
+    record = {"pair": "gpt-char-shakespeare", "seed": seed, "recipe": dataclasses.asdict(recipe),
+              "vocab_size": corpus.vocab_size, "train_chars": int(len(corpus.train)),
+              "val_chars": int(len(corpus.val)), "metric": "val"}
     config = job_config(recipe, corpus.vocab_size, seed)
     task = step_jobs.make_task("gpt", config, corpus.vocab_size)
     eval_rows = min(recipe.eval_batches, 50) * recipe.batch
@@ -81,17 +87,18 @@ def run(corpus: quality_data.CharCorpus, recipe: Recipe, seed: int, log=print
     peer = hf_side(task.model_config, config.optim, seed, eval_rows)
     # The evaluation batches do not depend on the training seed: every run is judged on the
     # same val batches (nanoGPT's estimate_loss draws them afresh; fixed ones remove that noise).
-    eval_sets = {"val": quality_data.fixed_batches(corpus.val, 1_000_003, recipe.eval_batches,
-                                                   recipe.batch, recipe.block)}
+    val_x, val_y = quality_data.fixed_batches(corpus.val, 1_000_003, recipe.eval_batches,
+                                              recipe.batch, recipe.block)
+    rows = recipe.curve_batches * recipe.batch
+    curve_sets = {"val_curve": (val_x[:rows], val_y[:rows])}
+    final_sets = {"val": (val_x, val_y)}
     batches = quality_data.char_batches(corpus.train, seed, recipe.steps, recipe.batch,
                                         recipe.block)
     try:
-        result = quality_sides.train_in_turns([zoo, peer], batches, recipe.steps,
-                                              recipe.eval_every, eval_sets, log=log)
+        result = quality_sides.train_in_turns(
+            [zoo, peer], batches, recipe.steps, recipe.eval_every, curve_sets, final_sets,
+            log=log, on_eval=lambda out, step: progress(dict(record, sides=out, steps_done=step)))
         params = {"zoo": zoo.num_params(), "peer": peer.num_params()}
     finally:
         zoo.close()
-    return {"pair": "gpt-char-shakespeare", "seed": seed, "recipe": dataclasses.asdict(recipe),
-            "vocab_size": corpus.vocab_size, "train_chars": int(len(corpus.train)),
-            "val_chars": int(len(corpus.val)), "params": params, "metric": "val",
-            "sides": result}
+    return dict(record, params=params, sides=result, steps_done=recipe.steps)

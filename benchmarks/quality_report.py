@@ -17,7 +17,10 @@ SKIP_STEPS = 10  # compilation and warm-up: left out of the step-time medians
 def summarize(record: dict[str, Any]) -> dict[str, Any]:
     """Per side: final losses (and perplexities), the median step time after the warm-up steps;
     the zoo / peer step-time ratio and the gap on the pair's metric."""
-    out: dict[str, Any] = {"pair": record["pair"], "seed": record["seed"]}
+    out: dict[str, Any] = {"pair": record["pair"], "seed": record["seed"],
+                           "metric": record["metric"], "partial": record.get("partial", False),
+                           "steps_done": record.get("steps_done"),
+                           "steps": record["recipe"]["steps"]}
     for name, side in record["sides"].items():
         times = side["step_s"][SKIP_STEPS:] or side["step_s"]
         out[name] = {"final": side["final"],
@@ -60,6 +63,10 @@ def markdown(header: dict[str, Any], summaries: list[dict[str, Any]]) -> str:
     for pair, rows in by_pair.items():
         sets = list(rows[0]["zoo"]["final"])
         lines += [f"## {pair}", ""]
+        for s in rows:
+            if s["partial"]:
+                lines += [f"**Seed {s['seed']} stopped at step {s['steps_done']} of "
+                          f"{s['steps']}**: its losses are the last curve point's.", ""]
         head = "| seed | side | " + " | ".join(
             f"{k} loss | {k} ppl" for k in sets) + " | train loss (last 50) | step ms |"
         lines += [head, "|---:|---|" + "---:|" * (2 * len(sets) + 2)]
@@ -73,7 +80,7 @@ def markdown(header: dict[str, Any], summaries: list[dict[str, Any]]) -> str:
         gaps = [s["loss_gap"] for s in rows]
         ratios = [s["perplexity_ratio"] for s in rows]
         steps = [s["step_ratio"] for s in rows]
-        metric = sets[0] if pair.startswith("gpt") else "validation"
+        metric = rows[0]["metric"]
         zoo_spread = _spread([s["zoo"]["final"][metric] for s in rows])
         peer_spread = _spread([s["peer"]["final"][metric] for s in rows])
         lines += ["",

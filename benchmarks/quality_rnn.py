@@ -129,9 +129,14 @@ def torch_rnnlm(cfg, seed: int):
     return model, model
 
 
-def run(corpus: quality_data.WordCorpus, cell: str, recipe: Recipe, seed: int, log=print
-        ) -> dict[str, Any]:
-    """One seed of the `cell` pair: both sides trained in turns on the same windows."""
+def run(corpus: quality_data.WordCorpus, cell: str, recipe: Recipe, seed: int, log=print,
+        progress=lambda record: None) -> dict[str, Any]:
+    """One seed of the `cell` pair: both sides trained in turns on the same windows;
+    `progress(record)`: the record so far, after every curve point."""
+    record = {"pair": f"{cell}-word-brown", "seed": seed, "recipe": dataclasses.asdict(recipe),
+              "vocab_size": corpus.vocab_size,
+              "tokens": {k: int(len(v)) for k, v in corpus.splits.items()},
+              "metric": "validation"}
     config = job_config(cell, recipe, corpus.vocab_size, seed)
     task = WindowLM(config, corpus.vocab_size)
     x, y = quality_data.windows(corpus.splits["train"], recipe.batch, recipe.window)
@@ -150,13 +155,11 @@ def run(corpus: quality_data.WordCorpus, cell: str, recipe: Recipe, seed: int, l
     try:
         result = quality_sides.train_in_turns(
             [zoo, peer], ((x[k], y[k]) for k in order), recipe.steps, recipe.eval_every,
-            eval_sets, final_sets, log)
+            eval_sets, final_sets, log,
+            on_eval=lambda out, step: progress(dict(record, sides=out, steps_done=step)))
         params = {"zoo": zoo.num_params(),
                   "peer": sum(p.numel() for p in module.parameters() if p.requires_grad)}
     finally:
         zoo.close()
-    return {"pair": f"{cell}-word-brown", "seed": seed, "recipe": dataclasses.asdict(recipe),
-            "vocab_size": corpus.vocab_size,
-            "tokens": {k: int(len(v)) for k, v in corpus.splits.items()},
-            "train_windows": int(len(x)), "params": params, "metric": "validation",
-            "sides": result}
+    return dict(record, train_windows=int(len(x)), params=params, sides=result,
+                steps_done=recipe.steps)

@@ -162,11 +162,15 @@ EvalSets = dict[str, tuple[np.ndarray, np.ndarray]]
 
 def train_in_turns(sides: list, batches: Iterable[tuple[np.ndarray, np.ndarray]], steps: int,
                    eval_every: int, eval_sets: EvalSets, final_sets: EvalSets | None = None,
-                   log: Callable[[str], None] = print) -> dict[str, dict[str, Any]]:
+                   log: Callable[[str], None] = print,
+                   on_eval: Callable[[dict, int], None] | None = None
+                   ) -> dict[str, dict[str, Any]]:
     """Trains every side for `steps` steps on the same batches, one step each in turns, and
     evaluates each on every set of `eval_sets` at step 0, every `eval_every` steps and at the
     end, and on `final_sets` at the end only. Returns per side: train losses, step seconds,
-    the curve [(step, {set: loss})] and `final` {set: loss} (eval_sets' and final_sets')."""
+    the curve [(step, {set: loss})] and `final` {set: loss} (eval_sets' and final_sets').
+    `on_eval(out, step)` sees the results so far after every evaluation (a run cut short still
+    leaves its curve)."""
     out = {s.name: {"train_loss": [], "step_s": [], "curve": [], "final": {}} for s in sides}
 
     def evaluate(step: int, sets: EvalSets, key: str):
@@ -196,6 +200,8 @@ def train_in_turns(sides: list, batches: Iterable[tuple[np.ndarray, np.ndarray]]
         done = i + 1
         if done % eval_every == 0 or done == steps:
             evaluate(done, eval_sets, "curve")
+            if on_eval and done < steps:
+                on_eval(out, done)
     if final_sets:
         evaluate(steps, final_sets, "final")
     return out

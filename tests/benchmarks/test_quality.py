@@ -152,7 +152,7 @@ def test_quick_run_learns_on_both_sides_and_they_agree(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.quality", "--quick", "--corpus", corpus,
          "--out", str(out)], cwd=ROOT, env=process_env.process_env(), capture_output=True, text=True,
-        timeout=900)
+        timeout=1700)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     for name in ("quality.jsonl", "quality.md", "quality_gpt-char-shakespeare.png",
                  "quality_lstm-word-brown.png", "quality_gru-word-brown.png"):
