@@ -61,7 +61,7 @@ def markdown(header: dict[str, Any], summaries: list[dict[str, Any]]) -> str:
     for s in summaries:
         by_pair.setdefault(s["pair"], []).append(s)
     for pair, rows in by_pair.items():
-        sets = list(rows[0]["zoo"]["final"])
+        sets = list(dict.fromkeys(k for s in rows for k in s["zoo"]["final"]))
         lines += [f"## {pair}", ""]
         for s in rows:
             if s["partial"]:
@@ -74,15 +74,15 @@ def markdown(header: dict[str, Any], summaries: list[dict[str, Any]]) -> str:
             for side in ("zoo", "peer"):
                 v = s[side]
                 cells = " | ".join(f"{v['final'][k]:.4f} | {v['perplexity'][k]:.2f}"
-                                   for k in sets)
+                                   if k in v["final"] else "– | –" for k in sets)
                 lines.append(f"| {s['seed']} | {side} | {cells} | {v['last_train_loss']:.4f} "
                              f"| {v['step_s'] * 1e3:.1f} |")
         gaps = [s["loss_gap"] for s in rows]
         ratios = [s["perplexity_ratio"] for s in rows]
         steps = [s["step_ratio"] for s in rows]
         metric = rows[0]["metric"]
-        zoo_spread = _spread([s["zoo"]["final"][metric] for s in rows])
-        peer_spread = _spread([s["peer"]["final"][metric] for s in rows])
+        zoo_spread = _spread([s["zoo"]["final"][s["metric"]] for s in rows])
+        peer_spread = _spread([s["peer"]["final"][s["metric"]] for s in rows])
         lines += ["",
                   (f"zoo - peer {metric} loss: " + ", ".join(f"{g:+.4f}" for g in gaps)
                    + f" (mean {_mean(gaps):+.4f}); perplexity zoo/peer: "
