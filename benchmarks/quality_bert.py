@@ -163,8 +163,8 @@ def run_pair(config: ml_collections.ConfigDict, workdir: str, eval_every: int,
              curve_batches: int = 8, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Trains zoo and the peer on the pretraining task's batches, one step each in turns (the
     side that goes first alternating, so load from other processes falls on both alike), and
-    evaluates both on the first `curve_batches` eval batches every `eval_every` steps and on
-    every eval batch at the end. Returns per side: the curve, the final metrics, seconds per
+    evaluates both on the first `curve_batches` eval batches at step 0, every `eval_every` steps
+    and at the end (the curve), and on every eval batch at the end (`final`). Returns per side: the curve, the final metrics, seconds per
     step (median) and parameter count; and the vocabulary and train rows."""
     from zoo.tasks.mlm_nsp import PretrainingTask
 
@@ -191,11 +191,10 @@ def run_pair(config: ml_collections.ConfigDict, workdir: str, eval_every: int,
             start = time.perf_counter()
             out[side.name]["train_loss"].append(side.step(copy))
             out[side.name]["step_s"].append(time.perf_counter() - start)
-        if (i + 1) % eval_every == 0 and i + 1 < steps:
+        if (i + 1) % eval_every == 0 or i + 1 == steps:
             evaluate(i + 1, eval_batches[:curve_batches])
     for side in sides:
         out[side.name]["final"] = side.evaluate(eval_batches)
-        out[side.name]["curve"].append((steps, out[side.name]["final"]))
         # The first steps compile (zoo) and warm up allocators (both): the median ignores them.
         out[side.name]["step_s"] = float(np.median(out[side.name]["step_s"][5:]
                                                    or out[side.name]["step_s"]))
@@ -232,6 +231,26 @@ def run(corpus_dir: str, seeds: list[int], steps: int, workdir: str, vocab_size:
     return header, records
 
 
+def merge(directories: list[str], out: str) -> list[str]:
+    """One report from the quality_bert.jsonl of runs made apart: the first run's header with
+    every run's commit, the earliest start and the longest wall time."""
+    import json
+
+    from benchmarks import quality_bert_report
+
+    headers, records = [], []
+    for directory in directories:
+        with open(os.path.join(directory, "quality_bert.jsonl")) as f:
+            lines = [json.loads(line) for line in f]
+        headers.append(lines[0])
+        records += lines[1:]
+    header = {k: v for k, v in headers[0].items() if k != "record"}
+    header.update(zoo_commit=", ".join(sorted({h["zoo_commit"] for h in headers})),
+                  started=min(h["started"] for h in headers),
+                  wall_s=max(h["wall_s"] for h in headers))
+    return quality_bert_report.write(out, header, sorted(records, key=lambda r: r["seed"]))
+
+
 def main(argv=None) -> int:
     """python -m benchmarks.quality_bert --corpus DIR [--seeds 0,1] [--steps 3000] [--out D]"""
     import argparse
@@ -247,7 +266,13 @@ def main(argv=None) -> int:
     parser.add_argument("--eval-every", type=int, default=500)
     parser.add_argument("--workdir", default="", help="prepared data; default a temporary one")
     parser.add_argument("--out", default="", help="default benchmarks/results/<machine>")
+    parser.add_argument("--merge", default="", help="comma-separated result directories of "
+                        "runs made apart (e.g. one process per seed) to join into --out")
     args = parser.parse_args(argv)
+    if args.merge:
+        paths = merge(args.merge.split(","), machine.results_dir(args.out or None))
+        print("wrote " + ", ".join(paths), flush=True)
+        return 0
     # Before torch loads OpenMP: passive waiting (see benchmarks.quality).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     torch_info = peers.setup_torch("cpu")

@@ -67,11 +67,17 @@ def plot(directory: str, records: list[dict[str, Any]]) -> str:
             for ax, metric in zip(axes, METRICS):
                 ax.plot(steps, [p[1][metric] for p in curve], style, color=f"C{i}", marker="o",
                         markersize=3, label=f"{name} seed {record['seed']}")
+                # The whole validation split at the end: a marker of its own, not on the
+                # curve, whose points read only its first batches.
+                ax.plot([record["steps"]], [record["sides"][name]["final"][metric]],
+                        "*" if name == "zoo" else "x", color=f"C{i}", markersize=9)
     for ax, metric in zip(axes, METRICS):
         ax.set(title=metric.replace("_", " "), xlabel="step")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("tiny BERT: zoo (solid) and HF BertForPreTraining (dashed) on the same batches")
+    fig.suptitle("tiny BERT: zoo (solid) and HF BertForPreTraining (dashed) on the same batches; "
+                 "curves on the first validation batches, the whole split at the end (* zoo, "
+                 "x peer)")
     fig.tight_layout()
     path = os.path.join(directory, "quality_bert.png")
     fig.savefig(path, dpi=110)
