@@ -9,12 +9,18 @@ from typing import Any
 from benchmarks import machine
 
 METRICS = ("mlm_loss", "mlm_accuracy", "nsp_accuracy")
-# Goals of issue 37 for accuracies: within 1 point of the peer; MLM loss: within the spread.
+# The goals: accuracies within 1 point of the peer's on average over the seeds; the MLM loss
+# within the larger of the two sides' spreads between seeds (the noise the seeds show).
 ACCURACY_GAP = 0.01
 
 
 def _spread(values: list[float]) -> float:
     return max(values) - min(values) if len(values) > 1 else float("nan")
+
+
+def _no_worse(metric: str, mean_gap: float, bound: float) -> bool:
+    # A loss is worse when higher, an accuracy when lower; a spread of nan (one seed) fails.
+    return (mean_gap <= bound) if metric.endswith("loss") else (mean_gap >= -bound)
 
 
 def markdown(header: dict[str, Any], records: list[dict[str, Any]]) -> str:
@@ -44,9 +50,13 @@ def markdown(header: dict[str, Any], records: list[dict[str, Any]]) -> str:
                 for r in records]
         spreads = {side: _spread([r["sides"][side]["final"][metric] for r in records])
                    for side in ("zoo", "peer")}
+        mean = statistics.fmean(gaps)
+        bound = ACCURACY_GAP if metric.endswith("accuracy") else max(spreads.values())
         lines.append(f"- {metric}: zoo - peer " + ", ".join(f"{g:+.4f}" for g in gaps)
-                     + f" (mean {statistics.fmean(gaps):+.4f}); spread between seeds: zoo "
-                     f"{spreads['zoo']:.4f}, peer {spreads['peer']:.4f}")
+                     + f" (mean {mean:+.4f}); spread between seeds: zoo "
+                     f"{spreads['zoo']:.4f}, peer {spreads['peer']:.4f}; goal (zoo no worse "
+                     f"than the peer by more than {bound:.4f}): "
+                     + ("met" if _no_worse(metric, mean, bound) else "NOT met"))
     ratios = [r["sides"]["zoo"]["step_s"] / r["sides"]["peer"]["step_s"] for r in records]
     lines += ["- step time zoo / peer: " + ", ".join(f"{x:.2f}" for x in ratios), "",
               "![curves](quality_bert.png)", ""]
