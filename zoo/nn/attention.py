@@ -190,7 +190,8 @@ class MultiHeadAttention(nn.Module):
         out = Dense(
             out_features, ("heads", "kv", "embed"), num_in=2, use_bias=self.use_bias,
             dtype=self.dtype, param_dtype=self.param_dtype,
-            kernel_init=self.out_kernel_init or self.kernel_init, name="out",
+            kernel_init=self.kernel_init if self.out_kernel_init is None else self.out_kernel_init,
+            name="out",
         )(out)  # (B, T, H, D) -> (B, T, E)
         out = nn.with_logical_constraint(out, ("act_batch", "act_len", "act_embed"))
         return (out, weights) if return_weights else out
