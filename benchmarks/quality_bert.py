@@ -94,6 +94,22 @@ class ZooBert:
         return {k: float(summary[k]) for k in BERT_METRICS}
 
 
+def hf_adamw(model, optim_config: ml_collections.ConfigDict):
+    """torch.optim.AdamW as Hugging Face's BERT scripts group it: decay on every parameter but
+    the biases and LayerNorm's (zoo.train.optim.decay_mask's split); the learning rate is set
+    before each step from zoo's schedule."""
+    import torch
+
+    named = list(model.named_parameters())
+    exempt = [n.endswith("bias") or "LayerNorm" in n for n, _ in named]
+    return torch.optim.AdamW(
+        [{"params": [p for (_, p), e in zip(named, exempt) if not e],
+          "weight_decay": optim_config.weight_decay},
+         {"params": [p for (_, p), e in zip(named, exempt) if e], "weight_decay": 0.0}],
+        lr=optim_config.learning_rate, betas=(optim_config.b1, optim_config.b2),
+        eps=optim_config.eps)
+
+
 class HFBert:
     """transformers.BertForPreTraining of the same architecture, trained on the same batches."""
 
@@ -107,13 +123,7 @@ class HFBert:
         self.model = peers.hf_bert(model_config)
         self.optim = config.optim
         self.schedule = optim.make_schedule(config.optim)
-        named = list(self.model.named_parameters())
-        no_decay = [p for n, p in named if n.endswith("bias") or "LayerNorm" in n]
-        decay = [p for n, p in named if not (n.endswith("bias") or "LayerNorm" in n)]
-        self.optimizer = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": self.optim.weight_decay},
-             {"params": no_decay, "weight_decay": 0.0}],
-            lr=self.optim.learning_rate, betas=(self.optim.b1, self.optim.b2), eps=self.optim.eps)
+        self.optimizer = hf_adamw(self.model, config.optim)
         self.steps = 0
 
     def num_params(self) -> int:
