@@ -6,7 +6,10 @@ corpus (zoo/tasks/elmo.py); its layers are then features for classification
 
 Variants: size = tiny (H=32 per direction, 64-wide features; 800 steps, about a minute on a CPU)
 | base (512 per direction, ELMo's layer width; a real corpus: config.data.source='tfds' or
-'files').
+'files'); corpus = '' (synthetic) | brown: the Brown corpus fetched into corpus_dir (default
+'corpora', relative to where the job runs) by `python -m zoo.commands.corpus fetch brown --out
+corpora`, train.txt trains and validation.txt evaluates; its features then classify
+SpamAssassin's e-mails or Brown's genres (configs/feature_classify.py:corpus=...).
 """
 
 import ml_collections
@@ -14,9 +17,13 @@ import ml_collections
 from configs import common
 from zoo.train.optim import default_optim_config
 
+CORPORA = ("brown",)
+
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = common.parse_arg(arg, size="tiny")
+    variant = common.parse_arg(arg, size="tiny", corpus="", corpus_dir=common.CORPUS_DIR)
+    if variant.corpus and variant.corpus not in CORPORA:
+        raise common.unknown_corpus(variant.corpus, CORPORA)
     tiny = variant.size == "tiny"
     config = ml_collections.ConfigDict()
     config.task = "elmo"
@@ -45,4 +52,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.train = common.train_config(steps)
     config.train.update(eval_every=200 if tiny else 2000, best_metric="perplexity")
     config.mesh = common.mesh_config()
+    if variant.corpus == "brown":
+        # tiny's 800 steps of 32 x 48 tokens read about one pass over Brown's 1.2M words.
+        config.data.update(brown_data(variant.corpus_dir))
     return config
+
+
+def brown_data(corpus_dir: str) -> dict:
+    """The data keys of corpus=brown; configs/feature_classify.py repeats them as the
+    pretraining run's (config.pretrained), so its vocabulary is rebuilt from the same text."""
+    return common.corpus_data("brown", corpus_dir, train_files="train.txt",
+                              eval_files="validation.txt")

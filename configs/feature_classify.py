@@ -14,6 +14,14 @@ pairs where only a city's context tells whether the claim holds; the task where 
 features beat static ones, see zoo/data/synthetic/classification.py); size = tiny | base, the
 size of the pretrained run (config.pretrained.model.size).
 
+Real text: corpus = spam_assassin | brown_genre (kind=elmo) classifies SpamAssassin's e-mails
+or Brown's passages by genre (the files of configs/classify.py's variants of those names, in
+corpus_dir, default 'corpora') with the features of `configs/elmo.py:corpus=brown`:
+
+    python train.py --config=configs/elmo.py:corpus=brown --workdir=/tmp/elmo_brown
+    python train.py --config=configs/feature_classify.py:corpus=spam_assassin \\
+        --workdir=/tmp/fc_spam --config.train.init_from=/tmp/elmo_brown
+
 config.pretrained repeats the pretraining run's corpus and vocabulary settings (source, seed,
 synthetic_entities, min_count) and model size, from which the task rebuilds its vocabulary and
 parameter shapes; keep them equal to that run's. data.seed and data.synthetic_entities are the
@@ -23,15 +31,23 @@ from the world the extractor was trained on.
 
 import ml_collections
 
-from configs import common
+from configs import classify, common, elmo
 from zoo.errors import ConfigError
 from zoo.train.optim import default_optim_config
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = common.parse_arg(arg, kind="elmo", task="relation", size="tiny")
+    variant = common.parse_arg(arg, kind="elmo", task="relation", size="tiny", corpus="",
+                               corpus_dir=common.CORPUS_DIR)
     if variant.kind not in ("elmo", "word2vec"):
         raise ConfigError(f"config variant kind={variant.kind!r} must be 'elmo' or 'word2vec'")
+    if variant.corpus and variant.corpus not in classify.CORPORA:
+        raise common.unknown_corpus(variant.corpus, tuple(classify.CORPORA))
+    if variant.corpus and variant.kind != "elmo":
+        raise ConfigError(
+            f"config variant corpus={variant.corpus!r} reads the features of "
+            "configs/elmo.py:corpus=brown (kind=elmo); for word2vec features of your own run, "
+            "set config.pretrained.source / train_files to that run's data instead")
     tiny = variant.size == "tiny"
     config = ml_collections.ConfigDict()
     config.task = "feature_classify"
@@ -96,4 +112,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.train.update(eval_every=200, checkpoint_every=400, best_metric="accuracy",
                         best_mode="max")
     config.mesh = common.mesh_config()
+    if variant.corpus:
+        corpus, train, validation = classify.CORPORA[variant.corpus]
+        config.data.update(common.corpus_data(corpus, variant.corpus_dir, train_file=train,
+                                              eval_file=validation),
+                           text_a="text", text_b="none", label="label")
+        # The extractor's vocabulary is rebuilt from what it was trained on.
+        config.pretrained.update(elmo.brown_data(variant.corpus_dir))
+        # An e-mail or a passage runs longer than a synthetic sentence: its first 128 words.
+        config.data.seq_len = 128
     return config

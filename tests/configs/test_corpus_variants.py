@@ -13,7 +13,8 @@ import sys
 import jax
 import pytest
 
-from configs import bert_pretrain, classify, gpt, rnn_translate, rnnlm, translate
+from configs import bert_pretrain, classify, elmo, feature_classify, gpt, rnn_translate, rnnlm
+from configs import translate
 from zoo.commands import jobs
 from zoo.data import corpora
 from zoo.data.tokenizers import chars
@@ -33,6 +34,11 @@ VARIANTS = [
     (classify, "corpus=spam_assassin", "spam_assassin",
      {"train_file": "train.tsv", "eval_file": "validation.tsv"}),
     (classify, "strategy=full,corpus=brown_genre", "brown",
+     {"train_file": "genre_train.tsv", "eval_file": "genre_validation.tsv"}),
+    (elmo, "corpus=brown", "brown", {"train_files": "train.txt", "eval_files": "validation.txt"}),
+    (feature_classify, "corpus=spam_assassin", "spam_assassin",
+     {"train_file": "train.tsv", "eval_file": "validation.tsv"}),
+    (feature_classify, "corpus=brown_genre", "brown",
      {"train_file": "genre_train.tsv", "eval_file": "genre_validation.tsv"}),
     (translate, "corpus=bible", "bible", {"train_file": "train.tsv", "eval_file": "validation.tsv"}),
     (rnn_translate, "attention=general,corpus=bible", "bible",
@@ -195,3 +201,31 @@ def test_spam_classifier_trains_on_a_fixture(corpus_dir, tmp_path):
     with contextlib.redirect_stdout(io.StringIO()):
         summary = jobs.train(config, str(tmp_path / "run"), devices=ONE_DEVICE)
     assert summary["accuracy"] >= 75.0  # the fixture's spam shouts: an easy split
+
+
+def test_elmo_features_of_brown_classify_a_fixture(corpus_dir, tmp_path):
+    """configs/elmo.py:corpus=brown, then feature_classify.py:corpus=spam_assassin on its
+    features: the classifier rebuilds the biLM's vocabulary from the same Brown file."""
+    pretrain = elmo.get_config(f"corpus=brown,corpus_dir={corpus_dir}")
+    pretrain.data.update(cache_dir=str(tmp_path / "elmo_cache"), seq_len=16, batch_size=8,
+                         eval_batch_size=8)
+    pretrain.train.update(steps=20, eval_every=20, log_every=10, checkpoint_every=20,
+                          tensorboard=False)
+    config = feature_classify.get_config(f"corpus=spam_assassin,corpus_dir={corpus_dir}")
+    assert config.pretrained.train_files == pretrain.data.train_files
+    assert config.pretrained.min_count == pretrain.data.min_count
+    config.train.update(steps=40, eval_every=40, log_every=20, checkpoint_every=40,
+                        tensorboard=False, init_from=str(tmp_path / "elmo"))
+    config.data.update(seq_len=16, batch_size=8, eval_batch_size=16,
+                       cache_dir=str(tmp_path / "cache"))
+    with contextlib.redirect_stdout(io.StringIO()):
+        jobs.train(pretrain, str(tmp_path / "elmo"), devices=ONE_DEVICE)
+        summary = jobs.train(config, str(tmp_path / "run"), devices=ONE_DEVICE)
+    assert summary["accuracy"] >= 75.0  # the fixture's spam shouts: an easy split
+
+
+def test_feature_corpus_variants_are_elmo_only():
+    with pytest.raises(ConfigError, match="configs/elmo.py:corpus=brown"):
+        feature_classify.get_config("kind=word2vec,corpus=spam_assassin")
+    with pytest.raises(ConfigError, match="is not one of"):
+        feature_classify.get_config("corpus=brown")
