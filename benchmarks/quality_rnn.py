@@ -129,6 +129,35 @@ def torch_rnnlm(cfg, seed: int):
     return model, model
 
 
+def load_zoo_params(module, params, cfg) -> None:
+    """Copies zoo's RNNLM `params` (unboxed numpy) into the torch_rnnlm `module`: the same start
+    on both sides, by which tests/benchmarks/test_quality.py checks that the two train alike.
+    zoo keeps kernels (in, gate, H) in PyTorch's gate order (LSTM i, f, g, o; GRU r, z, n) and
+    the LSTM's one bias, which is PyTorch's bias_ih + bias_hh (bias_hh stays 0)."""
+    import torch
+
+    def put(tensor, value):
+        with torch.no_grad():
+            tensor.copy_(torch.from_numpy(np.ascontiguousarray(value, np.float32)))
+
+    put(module.embed.weight, params["embed"]["embedding"])
+    for k in range(cfg.num_layers):
+        layer = params[f"layer_{k}"]
+        for name, key in (("weight_ih", "input_kernel"), ("weight_hh", "recurrent_kernel")):
+            kernel = np.asarray(layer[key])  # (in, G, H)
+            put(getattr(module.rnn, f"{name}_l{k}"), kernel.reshape(kernel.shape[0], -1).T)
+        put(getattr(module.rnn, f"bias_ih_l{k}"), np.asarray(layer["bias"]).reshape(-1))
+        hh = layer.get("recurrent_bias")
+        put(getattr(module.rnn, f"bias_hh_l{k}"),
+            np.zeros_like(np.asarray(layer["bias"])).reshape(-1) if hh is None
+            else np.asarray(hh).reshape(-1))
+    if cfg.tie_embeddings:
+        put(module.output_bias, params["output"]["bias"])
+    else:
+        put(module.output.weight, np.asarray(params["output"]["kernel"]).T)
+        put(module.output.bias, params["output"]["bias"])
+
+
 def run(corpus: quality_data.WordCorpus, cell: str, recipe: Recipe, seed: int, log=print,
         progress=lambda record: None) -> dict[str, Any]:
     """One seed of the `cell` pair: both sides trained in turns on the same windows;
