@@ -15,6 +15,17 @@ numpy batches in the same order, same recipe and step budget; see benchmarks.qua
         nanoGPT's CPU recipe (benchmarks.quality_gpt); metric: val loss (goal: within 0.05).
   lstm  zoo's RNN LM job vs a torch.nn.LSTM LM of the same shape and init family, word level on
   gru   Brown (benchmarks.quality_rnn); validation and test perplexity (goal: within 3%).
+The other pairs run their own modules, each writing its own report beside quality.md (which
+links them), with this command's --corpus, --seeds, --quick and --out:
+  nnlm           zoo's NNLM vs a PyTorch NNLM on Brown (benchmarks.quality_nnlm)
+  word2vec       skip-gram and CBOW vs gensim, Spearman on WordSim-353 / SimLex-999
+                 (benchmarks.quality_word2vec)
+  translate      Transformer and RNN seq2seq (additive, general attention) vs PyTorch models,
+                 Spanish -> English Bible verses, sacrebleu BLEU (benchmarks.quality_translate)
+  bert           tiny BERT MLM + NSP on Brown vs HF BertForPreTraining (benchmarks.quality_bert)
+  bert_finetune  tiny BERT fine-tuned on SpamAssassin and Brown's genres vs HF
+                 BertForSequenceClassification (benchmarks.quality_bert_finetune)
+Without --pairs: every pair (several hours on a 2-core CPU); --quick: gpt, lstm, gru.
 
 DIR is what `python -m zoo.commands.corpus fetch shakespeare|brown --out DIR` writes (layout in
 benchmarks.quality_data). --quick writes a small fixture corpus of the same layout (or reads
@@ -36,6 +47,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import argparse  # noqa: E402
 import datetime  # noqa: E402
 import glob  # noqa: E402
+import importlib  # noqa: E402
 import json  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
@@ -49,6 +61,10 @@ from zoo import errors  # noqa: E402
 from zoo.errors import ConfigError  # noqa: E402
 
 PAIRS = ("gpt", "lstm", "gru")
+# pair -> the module that runs it and writes its own report (its main(argv)).
+DELEGATED = {"nnlm": "benchmarks.quality_nnlm", "word2vec": "benchmarks.quality_word2vec",
+             "translate": "benchmarks.quality_translate", "bert": "benchmarks.quality_bert",
+             "bert_finetune": "benchmarks.quality_bert_finetune"}
 
 NOTES = [
     "zoo runs its job's own code: the config's task and loss, "
@@ -67,7 +83,8 @@ def parse_args(argv=None):
     parser.add_argument("--corpus", default="", help="corpus directory (shakespeare/, brown/)")
     parser.add_argument("--quick", action="store_true",
                         help="reduced recipes, one seed, a fixture corpus unless --corpus")
-    parser.add_argument("--pairs", default=",".join(PAIRS), help=f"of {PAIRS}")
+    parser.add_argument("--pairs", default="",
+                        help=f"of {PAIRS + tuple(DELEGATED)}; default all (--quick: {PAIRS})")
     parser.add_argument("--seeds", default="", help="comma-separated; default 0,1 (quick: 0)")
     parser.add_argument("--merge", default="",
                         help="comma-separated result directories to join into --out")
@@ -110,10 +127,11 @@ def merge(directories: list[str], out: str) -> list[str]:
 def run(args) -> list[str]:
     if args.merge:
         return merge([d for d in args.merge.split(",") if d], args.out)
-    pairs = [p for p in args.pairs.split(",") if p]
-    unknown = sorted(set(pairs) - set(PAIRS))
+    default = PAIRS if args.quick else PAIRS + tuple(DELEGATED)
+    pairs = [p for p in (args.pairs or ",".join(default)).split(",") if p]
+    unknown = sorted(set(pairs) - set(PAIRS) - set(DELEGATED))
     if unknown:
-        raise ConfigError(f"--pairs: unknown {unknown}; choose from {PAIRS}")
+        raise ConfigError(f"--pairs: unknown {unknown}; choose from {PAIRS + tuple(DELEGATED)}")
     seeds = [int(s) for s in (args.seeds or ("0" if args.quick else "0,1")).split(",")]
     reason = peers.unavailable_reason(jax.devices()[0].platform)
     if reason:
@@ -162,7 +180,24 @@ def run(args) -> list[str]:
                 log(f"{cell}-word-brown seed {seed}: {words.vocab_size:,} words, "
                     + ", ".join(f"{k} {len(v):,}" for k, v in words.splits.items()))
                 records.append(quality_rnn.run(words, cell, recipe, seed, log, progress))
-    header["wall_s"] = time.perf_counter() - start
+    other_reports = []
+    for pair in [p for p in pairs if p in DELEGATED]:
+        log(f"{pair}: python -m {DELEGATED[pair]}")
+        # --quick without --corpus: each module writes the fixture its pair reads.
+        argv = (["--corpus", args.corpus] if args.corpus else []) + ["--out", directory]
+        argv += ["--quick"] if args.quick else []
+        if args.seeds:
+            argv += ["--seeds", args.seeds]
+        if importlib.import_module(DELEGATED[pair]).main(argv) != 0:
+            raise ConfigError(f"--pairs {pair}: python -m {DELEGATED[pair]} "
+                              f"{' '.join(argv)} failed (its error is above)")
+        if os.path.exists(os.path.join(directory, f"quality_{pair}.md")):
+            other_reports.append(f"quality_{pair}.md")
+    if not records:  # only delegated pairs: quality.md (the LM pairs' report) stays as it is
+        paths = [os.path.join(directory, name) for name in other_reports]
+        log("wrote " + ", ".join(paths))
+        return paths
+    header.update(wall_s=time.perf_counter() - start, other_reports=other_reports)
     paths = quality_report.write(directory, header, records)
     for name in glob.glob(os.path.join(directory, "quality_partial_*.json")):
         os.remove(name)  # the finished records replace them

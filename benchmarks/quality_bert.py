@@ -224,6 +224,13 @@ def run(corpus_dir: str, seeds: list[int], steps: int, workdir: str, vocab_size:
         eval_every: int = 500, log: Callable[[str], None] = print
         ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The pair on Brown for each seed: (header fields, one record per seed)."""
+    from zoo.errors import ConfigError
+
+    for name in ("train.txt", "validation.txt"):
+        path = os.path.join(corpus_dir, "brown", name)
+        if not os.path.isfile(path):
+            raise ConfigError(f"{path} not found: fetch the corpus first with `python -m "
+                              f"zoo.commands.corpus fetch brown --out {corpus_dir}`")
     texts = [os.path.join(corpus_dir, name, "train.txt") for name in VOCAB_TEXTS]
     texts = [t for t in texts if os.path.exists(t)]
     vocab = train_wordpiece(texts, workdir, vocab_size)
@@ -265,15 +272,19 @@ def main(argv=None) -> int:
     """python -m benchmarks.quality_bert --corpus DIR [--seeds 0,1] [--steps 3000] [--out D]"""
     import argparse
     import datetime
+    import sys
     import tempfile
 
     from benchmarks import machine, quality_bert_report
 
     parser = argparse.ArgumentParser(description="tiny BERT beside HF BertForPreTraining")
-    parser.add_argument("--corpus", required=True, help="what `zoo.commands.corpus fetch` wrote")
-    parser.add_argument("--seeds", default="0,1")
-    parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--eval-every", type=int, default=500)
+    parser.add_argument("--corpus", default="", help="what `zoo.commands.corpus fetch` wrote "
+                        "(brown; --quick without it: a fixture corpus)")
+    parser.add_argument("--seeds", default="", help="default 0,1 (--quick: 0)")
+    parser.add_argument("--steps", type=int, default=0, help="default 3000 (--quick: 60)")
+    parser.add_argument("--eval-every", type=int, default=0, help="default 500 (--quick: 30)")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: 60 steps, one seed, "
+                        "written to a temporary directory unless --out")
     parser.add_argument("--workdir", default="", help="prepared data; default a temporary one")
     parser.add_argument("--out", default="", help="default benchmarks/results/<machine>")
     parser.add_argument("--merge", default="", help="comma-separated result directories of "
@@ -283,20 +294,36 @@ def main(argv=None) -> int:
         paths = merge(args.merge.split(","), machine.results_dir(args.out or None))
         print("wrote " + ", ".join(paths), flush=True)
         return 0
+    from benchmarks import quality_data
+    from zoo import errors
+
+    corpus = args.corpus
+    if args.quick and not corpus:
+        corpus = quality_data.write_fixture_corpus(tempfile.mkdtemp(prefix="quality_bert_corpus_"))
+    seeds = [int(s) for s in (args.seeds or ("0" if args.quick else "0,1")).split(",")]
+    steps = args.steps or (60 if args.quick else 3000)
     # Before torch loads OpenMP: passive waiting (see benchmarks.quality).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    torch_info = peers.setup_torch("cpu")
-    started, start = datetime.datetime.now(datetime.timezone.utc), time.perf_counter()
-    header, records = run(args.corpus, [int(s) for s in args.seeds.split(",")], args.steps,
-                          args.workdir or tempfile.mkdtemp(prefix="quality_bert_"),
-                          eval_every=args.eval_every,
-                          log=lambda line: print(line, flush=True))
+    try:
+        if not corpus:
+            raise errors.ConfigError("--corpus DIR is required (or --quick for a fixture corpus)")
+        torch_info = peers.setup_torch("cpu")
+        started, start = datetime.datetime.now(datetime.timezone.utc), time.perf_counter()
+        header, records = run(corpus, seeds, steps,
+                              args.workdir or tempfile.mkdtemp(prefix="quality_bert_"),
+                              eval_every=args.eval_every or (30 if args.quick else 500),
+                              log=lambda line: print(line, flush=True))
+    except errors.UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     header.update(machine=machine.machine_name(), zoo_commit=machine.zoo_commit(),
                   jax=jax.__version__, torch=torch_info["torch"],
-                  transformers=torch_info["transformers"], mode="full", corpus=args.corpus,
+                  transformers=torch_info["transformers"],
+                  mode="quick" if args.quick else "full", corpus=corpus,
                   started=started.strftime("%Y-%m-%d %H:%M UTC"),
                   wall_s=time.perf_counter() - start)
-    paths = quality_bert_report.write(machine.results_dir(args.out or None), header, records)
+    out = args.out or (tempfile.mkdtemp(prefix="quality_bert_out_") if args.quick else "")
+    paths = quality_bert_report.write(machine.results_dir(out or None), header, records)
     print("wrote " + ", ".join(paths), flush=True)
     return 0
 

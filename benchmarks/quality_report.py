@@ -101,6 +101,11 @@ def markdown(header: dict[str, Any], summaries: list[dict[str, Any]]) -> str:
         lines += [f"![{pair}](quality_{pair}.png)", ""]
     if header.get("notes"):
         lines += ["## Notes", ""] + [f"- {n}" for n in header["notes"]] + [""]
+    if header.get("other_reports"):
+        lines += ["## The other pairs", "",
+                  "Pairs whose metrics are not a language model's loss write reports of their "
+                  "own (the same same-batches rule; each states its goals):", ""]
+        lines += [f"- [{name}]({name})" for name in header["other_reports"]] + [""]
     return "\n".join(lines)
 
 

@@ -215,3 +215,36 @@ def test_quick_run_learns_on_both_sides_and_they_agree(tmp_path):
         # The same number of steps on each side, each timed.
         assert len(r["sides"]["zoo"]["step_s"]) == len(r["sides"]["peer"]["step_s"]) > 0
     assert "zoo - peer" in (out / "quality.md").read_text()
+
+
+def test_a_delegated_pair_that_fails_is_one_error_and_keeps_quality_md(tmp_path):
+    """--pairs bert runs benchmarks.quality_bert with this command's arguments; its error
+    (no Brown in --corpus) ends the command with exit 2, and the LM pairs' quality.md already in
+    --out is left as it was."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "quality.md").write_text("the committed report")
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.quality", "--pairs", "bert", "--corpus",
+         str(tmp_path / "nowhere"), "--out", str(out)], cwd=ROOT,
+        env=process_env.process_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert "nowhere/brown/train.txt not found" in errors[0]
+    assert "python -m benchmarks.quality_bert" in errors[-1]
+    assert (out / "quality.md").read_text() == "the committed report"
+
+
+@pytest.mark.acceptance
+def test_quick_delegated_pair_writes_its_own_report_only(tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.quality", "--quick", "--pairs", "bert", "--out",
+         str(out)], cwd=ROOT, env=process_env.process_env(), capture_output=True, text=True,
+        timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (out / "quality_bert.md").stat().st_size > 0
+    assert not (out / "quality.md").exists()  # no LM pair ran: no LM report
+    records = [json.loads(line) for line in (out / "quality_bert.jsonl").read_text().splitlines()]
+    assert records[0]["mode"] == "quick" and len(records) == 2  # header + seed 0
