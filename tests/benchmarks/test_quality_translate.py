@@ -262,6 +262,32 @@ def test_loss_and_batches_agree_between_the_sides(tmp_path):
         np.testing.assert_array_equal(joined, rows[key])
 
 
+@pytest.mark.parametrize("model", ["transformer", "rnn-general"])
+def test_same_start_same_batches_same_training(tmp_path, model):
+    """The recipe is the same on both sides: from zoo's initial parameters copied into the peer
+    and without dropout, a few steps of the job's train step and of TorchSide.step on zoo's own
+    batches give the same losses (the schedule, clipping, AdamW and label smoothing agree)."""
+    corpus = qt.write_fixture_corpus(str(tmp_path / "corpus"))
+    config = qt.job_config(model, corpus, str(tmp_path / "cache"), qt.QUICK, seed=0)
+    config.model.dropout_rate = 0.0
+    config.optim.warmup_steps = 2  # the learning rate at its peak within the steps run
+    task = qt.make_task(config)
+    zoo = qt.ZooSide(config, task)
+    try:
+        builder = qt.torch_transformer if model == "transformer" else qt.torch_seq2seq
+        module = builder(task.model_config, seed=0)
+        copy = transformer_to_peer if model == "transformer" else seq2seq_to_peer
+        copy(module, flax.linen.unbox(jax.device_get(zoo.state.params)), task.model_config)
+        peer = qt.TorchSide(module, config)
+        batches = task.train_batches(0, 1)
+        for _ in range(6):
+            batch = {k: np.asarray(v) for k, v in next(batches).items() if k in qt._KEYS}
+            a, b = zoo.step(dict(batch)), peer.step(dict(batch))
+            np.testing.assert_allclose(a, b, rtol=2e-4)
+    finally:
+        zoo.close()
+
+
 def test_missing_corpus_is_one_clear_error(tmp_path, capsys):
     assert qt.main(["--corpus", str(tmp_path), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
