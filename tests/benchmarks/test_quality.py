@@ -240,11 +240,11 @@ def test_a_delegated_pair_that_fails_is_one_error_and_keeps_quality_md(tmp_path)
 def test_quick_delegated_pair_writes_its_own_report_only(tmp_path):
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.quality", "--quick", "--pairs", "bert", "--out",
+        [sys.executable, "-m", "benchmarks.quality", "--quick", "--pairs", "nnlm", "--out",
          str(out)], cwd=ROOT, env=process_env.process_env(), capture_output=True, text=True,
         timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert (out / "quality_bert.md").stat().st_size > 0
-    assert not (out / "quality.md").exists()  # no LM pair ran: no LM report
-    records = [json.loads(line) for line in (out / "quality_bert.jsonl").read_text().splitlines()]
+    assert (out / "quality_nnlm.md").stat().st_size > 0
+    assert not (out / "quality.md").exists()  # no LM pair of its own ran: no quality.md
+    records = [json.loads(line) for line in (out / "quality_nnlm.jsonl").read_text().splitlines()]
     assert records[0]["mode"] == "quick" and len(records) == 2  # header + seed 0
