@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from benchmarks import quality_translate as qt
+from benchmarks import quality_translate_peers
 from zoo.models import encoder_decoder, seq2seq
 from zoo.tasks.translation import TranslationTask
 
@@ -212,7 +213,7 @@ def test_peer_beam_search_with_a_wide_beam_is_exhaustive_search(seed, alpha):
     vocab, max_len, bos, eos, pad = 5, 5, 1, 2, 0
     model = _Markov(vocab, max_len, seed)
     # K >= every live prefix (4^3 = 64 at most), so no hypothesis is ever pruned.
-    out = qt.beam_search(model, torch.zeros((1, 3), dtype=torch.long), beam_size=80,
+    out = quality_translate_peers.beam_search(model, torch.zeros((1, 3), dtype=torch.long), beam_size=80,
                          max_len=max_len, alpha=alpha, ids=(bos, eos, pad))
     row = list(out[0])
     got = row[:row.index(eos) + 1]
@@ -222,7 +223,7 @@ def test_peer_beam_search_with_a_wide_beam_is_exhaustive_search(seed, alpha):
 def test_peer_beam_search_of_one_beam_is_greedy():
     vocab, max_len, bos, eos, pad = 6, 8, 1, 2, 0
     model = _Markov(vocab, max_len, 7)
-    out = qt.beam_search(model, torch.zeros((1, 3), dtype=torch.long), beam_size=1,
+    out = quality_translate_peers.beam_search(model, torch.zeros((1, 3), dtype=torch.long), beam_size=1,
                          max_len=max_len, alpha=0.0, ids=(bos, eos, pad))
     tokens = [bos]
     while len(tokens) < max_len and tokens[-1] != eos:
