@@ -18,8 +18,6 @@ numpy batches in the same order, same recipe and step budget; see benchmarks.qua
 The other pairs run their own modules, each writing its own report beside quality.md (which
 links them), with this command's --corpus, --seeds, --quick and --out:
   nnlm           zoo's NNLM vs a PyTorch NNLM on Brown (benchmarks.quality_nnlm)
-  word2vec       skip-gram and CBOW vs gensim, Spearman on WordSim-353 / SimLex-999
-                 (benchmarks.quality_word2vec)
   translate      Transformer and RNN seq2seq (additive, general attention) vs PyTorch models,
                  Spanish -> English Bible verses, sacrebleu BLEU (benchmarks.quality_translate)
   bert           tiny BERT MLM + NSP on Brown vs HF BertForPreTraining (benchmarks.quality_bert)
@@ -62,9 +60,8 @@ from zoo.errors import ConfigError  # noqa: E402
 
 PAIRS = ("gpt", "lstm", "gru")
 # pair -> the module that runs it and writes its own report (its main(argv)).
-DELEGATED = {"nnlm": "benchmarks.quality_nnlm", "word2vec": "benchmarks.quality_word2vec",
-             "translate": "benchmarks.quality_translate", "bert": "benchmarks.quality_bert",
-             "bert_finetune": "benchmarks.quality_bert_finetune"}
+DELEGATED = {"nnlm": "benchmarks.quality_nnlm", "translate": "benchmarks.quality_translate",
+             "bert": "benchmarks.quality_bert", "bert_finetune": "benchmarks.quality_bert_finetune"}
 
 NOTES = [
     "zoo runs its job's own code: the config's task and loss, "
