@@ -39,13 +39,18 @@ def parse_arg(arg: str | None, **defaults):
 CORPUS_DIR = "corpora"
 
 
-def corpus_data(corpus: str, corpus_dir: str, **files: str) -> dict:
+def corpus_data(corpus: str | tuple[str, ...], corpus_dir: str, **files: str) -> dict:
     """config.data keys of a job reading the fetched corpus `corpus` (zoo.data.corpora) from
     `corpus_dir`: source 'files', each key of `files` set to corpus_dir/corpus/<its file>, and
     config.data.corpus / corpus_dir, by which a missing file is reported with the command that
-    fetches it (zoo.data.corpora.check_fetched) before the job reads anything."""
-    return dict(source="files", corpus=corpus, corpus_dir=corpus_dir,
-                **{key: os.path.join(corpus_dir, corpus, name) for key, name in files.items()})
+    fetches it (zoo.data.corpora.check_fetched) before the job reads anything.
+
+    Several corpora (a tuple) read the same file of each: every key of `files` becomes the
+    comma-separated list corpus_dir/<each corpus>/<its file>, config.data.corpus their names."""
+    names = (corpus,) if isinstance(corpus, str) else tuple(corpus)
+    return dict(source="files", corpus=",".join(names), corpus_dir=corpus_dir,
+                **{key: ",".join(os.path.join(corpus_dir, name, file) for name in names)
+                   for key, file in files.items()})
 
 
 def unknown_corpus(corpus: str, known: tuple[str, ...]) -> ConfigError:

@@ -103,12 +103,14 @@ class Word2Vec(nn.Module):
         """The input vector h [B, D]: the weighted mean of the inputs' embeddings.
 
         inputs [B, C] ids, input_weights [B, C] (1 real, 0 padding). Skip-gram has C = 1, so h
-        is the centre word's embedding; CBOW averages the window (the C tool's cbow_mean=1).
+        is the centre word's embedding; CBOW averages the window (the C tool's cbow_mean=1),
+        and its gradient reaches every context word in full, as the C tool's update does
+        (context_mean).
         """
         vectors = self.embed(inputs)  # (B, C, D)
         w = input_weights.astype(jnp.float32)
         total = jnp.einsum("bc,bcd->bd", w, vectors.astype(jnp.float32))
-        h = total / jnp.maximum(w.sum(axis=1, keepdims=True), 1.0)  # (B, D)
+        h = context_mean(total, jnp.maximum(w.sum(axis=1, keepdims=True), 1.0))  # (B, D)
         return nn.with_logical_constraint(h.astype(self.config.dtype), ("act_batch", "act_embed"))
 
     def __call__(self, inputs: jnp.ndarray, input_weights: jnp.ndarray,
@@ -119,6 +121,32 @@ class Word2Vec(nn.Module):
         c = jnp.take(self.context, outputs, axis=0, mode="clip").astype(self.config.dtype)
         scores = jnp.einsum("bd,bmd->bm", h, c)  # (B, M)
         return nn.with_logical_constraint(scores.astype(jnp.float32), ("act_batch", None))
+
+
+@jax.custom_vjp
+def context_mean(total: jnp.ndarray, count: jnp.ndarray) -> jnp.ndarray:
+    """total [B, D] / count [B, 1], whose gradient passes to `total` undivided.
+
+    CBOW's h is the mean of the context embeddings, but the reference's update is not the
+    mean's gradient: word2vec.c adds the whole error neu1e to every context word's vector
+    (`syn0[c + last_word * layer1_size] += neu1e[c]`), and gensim's cbow_mean=1 does the same
+    (it divides the error by the count only when h is the sum, cbow_mean=0). Under their SGD
+    recipe (alpha 0.025) the mean's own gradient, 1/count of that, trains the embedding table
+    ~4.6x more slowly than they do on the English corpora (the average window's words);
+    benchmarks/quality_word2vec.py's ablation 'mean_gradient' measures what it costs.
+    """
+    return total / count
+
+
+def _context_mean_fwd(total, count):
+    return total / count, count
+
+
+def _context_mean_bwd(count, cotangent):
+    return cotangent, jnp.zeros_like(count)
+
+
+context_mean.defvjp(_context_mean_fwd, _context_mean_bwd)
 
 
 def negative_sampling_loss(scores: jnp.ndarray, output_weights: jnp.ndarray) -> jnp.ndarray:

@@ -22,6 +22,7 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
+from zoo.data.pipelines import batching
 from zoo.data.readers import data_source, sources
 from zoo.data.readers import word2vec as w2v_data
 from zoo.data.synthetic.world import ENTITY_TYPES, make_world
@@ -125,6 +126,22 @@ class Word2VecTask(Task, Predicting, Sampling, Baselines, Measured):
         rows["probe_weights"] = np.zeros(n, np.float32)
         rows["probe_weights"][:len(self.probe_ids)] = 1.0
         return rows
+
+    def train_batches(self, process_index: int, process_count: int):
+        """Endless shuffled epochs of `train_rows`, each epoch's order one numpy permutation
+        (zoo.data.pipelines.batching.bucketed_train_iterator with one bucket, every row's
+        width). The base class's grain shuffle places one row at a time, ~18 us a row: on the
+        English text's 44.6M skip-gram rows a batch of 1,024 took 18 ms, 2.5x the train step
+        itself (7 ms on 2 CPU cores), while this takes 0.3 ms a batch after 5-9 s permuting the
+        epoch."""
+        width = self.train_rows["inputs"].shape[1]
+        n = len(self.train_rows["targets"])
+        if n < self.config.data.batch_size:
+            raise ConfigError(f"config.data.batch_size={self.config.data.batch_size} exceeds the "
+                              f"{n:,} training rows; lower it or add text")
+        return batching.bucketed_train_iterator(
+            self.train_rows, np.full(n, width), [width], self.config.data.batch_size,
+            self.config.data.seed, process_index, process_count)
 
     def init_batch(self) -> Batch:
         return {k: np.zeros((self.config.data.batch_size,) + v.shape[1:], v.dtype)

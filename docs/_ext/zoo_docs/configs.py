@@ -30,7 +30,7 @@ VARIANTS = {
     "rnnlm": ["cell=gru", "size=base", "corpus=brown"],
     "squad": ["version=2.0", "size=base"],
     "translate": ["size=base", "norm=pre,share=none", "corpus=bible"],
-    "word2vec": ["mode=cbow", "size=base"],
+    "word2vec": ["mode=cbow", "size=base", "corpus=english"],
 }
 # Subtrees documented as one value (a table of values, not keys of their own).
 LEAF_SUBTREES = ("finetune.recipes",)

@@ -12,6 +12,16 @@ def test_tokenize_lowercases_splits_possessive_and_drops_punctuation():
     assert w2v.tokenize("It didn't rain, 2024!") == ["it", "didn't", "rain", "2024"]
 
 
+def test_tokenize_reads_the_typographic_apostrophe_as_the_ascii_one():
+    # The World English Bible (the bible corpus's English side) writes U+2019: "God’s" must not
+    # become "god" + a stray "s" (4,179 of them in the English corpora), nor "don’t" "don" + "t".
+    assert w2v.tokenize("God\u2019s people don\u2019t know") == w2v.tokenize(
+        "God's people don't know") == ["god", "'s", "people", "don't", "know"]
+    # As a closing quote it is still punctuation: "‘day’" is the word day.
+    assert w2v.tokenize("He called the light \u2018day\u2019.") == ["he", "called", "the",
+                                                                      "light", "day"]
+
+
 def test_vocabulary_keeps_min_count_words_most_frequent_first():
     sentences = [["b", "a", "c"], ["a", "b", "d"], ["a", "e"]]
     vocab = w2v.build_vocabulary(sentences, min_count=2)

@@ -100,16 +100,21 @@ def check_fetched(data) -> None:
     """For a job reading a fetched corpus (config.data.corpus names it, fetched into
     config.data.corpus_dir: the configs' `corpus=` variants): a MissingFileError naming the
     first of its files the config names that is not there, and the command that fetches it.
-    Nothing for other jobs, or for files outside the corpus's directory (an override)."""
-    name = data.get("corpus", "") if hasattr(data, "get") else ""
-    if not name:
+    config.data.corpus may name several corpora, comma-separated (word2vec's English text
+    reads brown, shakespeare and bible): each file is checked against the corpus whose
+    directory holds it. Nothing for other jobs, or for files outside the corpora's directories
+    (an override)."""
+    corpus = data.get("corpus", "") if hasattr(data, "get") else ""
+    names = [n.strip() for n in str(corpus or "").split(",") if n.strip()]
+    if not names:
         return
     corpus_dir = data.get("corpus_dir", "") or "."
-    root = os.path.normpath(os.path.join(corpus_dir, name))
+    roots = {name: os.path.normpath(os.path.join(corpus_dir, name)) for name in names}
     for key in _FILE_KEYS:
         for path in filter(None, (p.strip() for p in str(data.get(key, "") or "").split(","))):
-            inside = os.path.normpath(path).startswith(root + os.sep)
-            if not inside or any(c in path for c in "*?[") or paths.as_path(path).exists():
+            name = next((n for n, root in roots.items()
+                         if os.path.normpath(path).startswith(root + os.sep)), None)
+            if name is None or any(c in path for c in "*?[") or paths.as_path(path).exists():
                 continue
             raise MissingFileError(
                 f"config.data.{key}: {path} does not exist (relative to {os.getcwd()}): the "

@@ -6,8 +6,9 @@ al. 2013) where it makes a choice:
 
 * Tokens: a sentence is lower-cased and split into words, runs of letters and digits (an inner
   apostrophe kept: "didn't"); the possessive "'s" is a token of its own, so "Lomira's" gives
-  "lomira" and "'s", and other punctuation is dropped. A sentence is the unit a window never
-  crosses, as a line is in the C tool.
+  "lomira" and "'s", and other punctuation is dropped. The typographic apostrophe U+2019 (the
+  World English Bible's "God’s", "don’t") is read as the ASCII one. A sentence is the unit a
+  window never crosses, as a line is in the C tool.
 * Vocabulary: the words seen at least `min_count` times in the training split, most frequent
   first (ties alphabetical), with their counts. Other words are removed from sentences before
   windows are taken, as the C tool does, so a window reaches past them.
@@ -42,7 +43,7 @@ _TOKEN = re.compile(r"[^\W_]+(?:'(?!s\b)[^\W_]+)*|(?<=[^\W_])'s\b")
 
 def tokenize(text: str) -> list[str]:
     """Lower-cased word tokens of one sentence (see the module docstring)."""
-    return _TOKEN.findall(text.lower())
+    return _TOKEN.findall(text.lower().replace("\u2019", "'"))
 
 
 @dataclasses.dataclass(frozen=True, eq=False)  # eq would compare arrays
