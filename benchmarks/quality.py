@@ -23,9 +23,11 @@ links them), with this command's --corpus, --seeds, --quick and --out:
   bert           tiny BERT MLM + NSP on Brown vs HF BertForPreTraining (benchmarks.quality_bert)
   bert_finetune  tiny BERT fine-tuned on SpamAssassin and Brown's genres vs HF
                  BertForSequenceClassification (benchmarks.quality_bert_finetune)
+  word2vec       skip-gram and CBOW vs gensim's Word2Vec on all the English text, WordSim-353
+                 and SimLex-999 Spearman (benchmarks.quality_word2vec)
 Without --pairs: every pair (several hours on a 2-core CPU); --quick: gpt, lstm, gru.
 
-DIR is what `python -m zoo.commands.corpus fetch shakespeare|brown --out DIR` writes (layout in
+DIR is what `python -m zoo.commands.corpus fetch shakespeare|brown|... --out DIR` writes (layout in
 benchmarks.quality_data). --quick writes a small fixture corpus of the same layout (or reads
 --corpus), runs reduced recipes and one seed, and by default writes into a fresh temporary
 directory, so it never replaces the committed results.
@@ -61,7 +63,8 @@ from zoo.errors import ConfigError  # noqa: E402
 PAIRS = ("gpt", "lstm", "gru")
 # pair -> the module that runs it and writes its own report (its main(argv)).
 DELEGATED = {"nnlm": "benchmarks.quality_nnlm", "translate": "benchmarks.quality_translate",
-             "bert": "benchmarks.quality_bert", "bert_finetune": "benchmarks.quality_bert_finetune"}
+             "bert": "benchmarks.quality_bert", "bert_finetune": "benchmarks.quality_bert_finetune",
+             "word2vec": "benchmarks.quality_word2vec"}
 
 NOTES = [
     "zoo runs its job's own code: the config's task and loss, "
