@@ -2,6 +2,8 @@
 holding SWORD zText modules), built by the tests themselves, and the check that a corpus's
 manifest counts what its files hold."""
 
+import base64
+import collections
 import hashlib
 import io
 import json
@@ -194,6 +196,52 @@ def sword_deb(directory, package: str, module: str, lang: str, versification: st
     with open(path, "wb") as f:
         f.write(out)
     return path
+
+
+# ---- gpt2_bpe ---------------------------------------------------------------------------------
+
+# GPT-2's pre-tokeniser, as tiktoken's registry spells it for the "gpt2" encoding.
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+
+
+def learnt_ranks(text: str, merges: int) -> list[bytes]:
+    """A BPE rank table as tiktoken's are made: the 256 bytes (in a shuffled order, as GPT-2's
+    are not in byte order), then the most frequent adjacent pair within GPT-2's pieces, merged,
+    `merges` times."""
+    import regex
+
+    tokens = [bytes([b]) for b in range(256)][::-1]
+    words = collections.Counter(p.encode() for p in regex.findall(GPT2_PATTERN, text))
+    split = {w: [bytes([b]) for b in w] for w in words}
+    for _ in range(merges):
+        pairs = collections.Counter()
+        for w, parts in split.items():
+            for pair in zip(parts, parts[1:]):
+                pairs[pair] += words[w]
+        if not pairs:
+            break
+        (a, b), _ = max(pairs.items(), key=lambda kv: (kv[1], kv[0]))
+        tokens.append(a + b)
+        for w, parts in split.items():
+            i = 0
+            while i < len(parts) - 1:
+                if parts[i] == a and parts[i + 1] == b:
+                    parts[i:i + 2] = [a + b]
+                i += 1
+    return tokens
+
+
+def rank_file(tokens: list[bytes]) -> bytes:
+    return "".join(f"{base64.b64encode(t).decode()} {rank}\n"
+                   for rank, t in enumerate(tokens)).encode()
+
+
+def whisper_sdist(directory, ranks: bytes) -> str:
+    """openai-whisper's sdist holding `ranks` as whisper/assets/gpt2.tiktoken."""
+    root = "openai_whisper-20250625"
+    return _tar(os.path.join(directory, f"{root}.tar.gz"),
+                {f"{root}/whisper/assets/gpt2.tiktoken": ranks,
+                 f"{root}/whisper/assets/multilingual.tiktoken": b"", f"{root}/LICENSE": b"MIT"})
 
 
 # ---- the manifest's counts against the files ---------------------------------------------------

@@ -17,7 +17,7 @@ from zoo import paths
 from zoo.data.corpora import fetching, writing
 from zoo.errors import ConfigError, MissingFileError
 
-CORPORA = ("shakespeare", "brown", "spam_assassin", "bible")  # each a module of this package
+CORPORA = ("shakespeare", "brown", "spam_assassin", "bible", "gpt2_bpe")  # each a module here
 
 
 def module(name: str):
@@ -93,7 +93,7 @@ def fetch(name: str, out: str, given: Sequence[str] = (),
 
 # config.data keys that name files; those under a fetched corpus's directory are checked.
 _FILE_KEYS = ("train_files", "eval_files", "train_file", "eval_file", "train_target_file",
-              "eval_target_file")
+              "eval_target_file", "tokenizer")
 
 
 def check_fetched(data) -> None:
@@ -112,8 +112,8 @@ def check_fetched(data) -> None:
     roots = {name: os.path.normpath(os.path.join(corpus_dir, name)) for name in names}
     for key in _FILE_KEYS:
         for path in filter(None, (p.strip() for p in str(data.get(key, "") or "").split(","))):
-            name = next((n for n, root in roots.items()
-                         if os.path.normpath(path).startswith(root + os.sep)), None)
+            name = next((n for n, root in roots.items() if os.path.normpath(path) == root
+                         or os.path.normpath(path).startswith(root + os.sep)), None)
             if name is None or any(c in path for c in "*?[") or paths.as_path(path).exists():
                 continue
             raise MissingFileError(

@@ -33,6 +33,9 @@ PINNED_SHA256 = {
         "930b23670b352f0829a306501de4bebb5e654a2df02cde2cbe86b802177868e1",
     "sword-text-sparv_2.60-1_all.deb":
         "5c87f9b2bc97457e8a872f5bae7ea7ce59cb3de1dcee73e4d4740451863694cf",
+    # The Python package index, downloaded 2026-11-28 (GPT-2's BPE ranks: corpora.gpt2_bpe).
+    "openai_whisper-20250625.tar.gz":
+        "37a91a3921809d9f44748ffc73c0a55c9f366c85a3ef5c2ae0cc09540432eb96",
 }
 
 _CLIENT_TIMEOUT_S = 600
