@@ -6,7 +6,15 @@ relative to where the job runs) by `python -m zoo.commands.corpus fetch shakespe
 corpora` (docs/tutorials/real-text.md):
 
     python train.py --config=configs/gpt.py:corpus=shakespeare --workdir=/tmp/shakespeare_char
+
+tokenizer = chars | gpt2 (with corpus=shakespeare): gpt2 reads the same split as GPT-2 tokens,
+nanoGPT's data/shakespeare (GPT-2's byte-level BPE, 50,257 ids, fetched by `python -m
+zoo.commands.corpus fetch gpt2_bpe --out corpora`), with the same model and recipe:
+
+    python train.py --config=configs/gpt.py:corpus=shakespeare,tokenizer=gpt2 --workdir=/tmp/sh_bpe
 """
+
+import os
 
 import ml_collections
 
@@ -15,12 +23,19 @@ from zoo.errors import ConfigError
 from zoo.train.optim import default_optim_config
 
 CORPORA = ("shakespeare",)
+TOKENIZERS = ("chars", "gpt2")
 
 
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
-    variant = common.parse_arg(arg, size="tiny", corpus="", corpus_dir=common.CORPUS_DIR)
+    variant = common.parse_arg(arg, size="tiny", corpus="", corpus_dir=common.CORPUS_DIR,
+                               tokenizer="chars")
     if variant.corpus and variant.corpus not in CORPORA:
         raise common.unknown_corpus(variant.corpus, CORPORA)
+    if variant.tokenizer not in TOKENIZERS or (variant.tokenizer != "chars"
+                                               and not variant.corpus):
+        raise ConfigError(f"config variant tokenizer={variant.tokenizer}: choose one of "
+                          f"{', '.join(TOKENIZERS)}, with corpus=shakespeare (the synthetic "
+                          "corpus trains its own SentencePiece model)")
     if variant.corpus and variant.size != "tiny":
         raise ConfigError(f"config variant corpus={variant.corpus} sets its own model shape "
                           f"(nanoGPT's 4 x 128); leave size at tiny, not {variant.size!r}")
@@ -46,6 +61,8 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.mesh = common.mesh_config()
     if variant.corpus == "shakespeare":
         shakespeare_char(config, variant.corpus_dir)
+        if variant.tokenizer == "gpt2":
+            gpt2_tokens(config, variant.corpus_dir)
     return config
 
 
@@ -71,3 +88,12 @@ def shakespeare_char(config: ml_collections.ConfigDict, corpus_dir: str) -> None
     config.train.update(eval_every=250, checkpoint_every=500, log_every=50)
     # 64 characters is all the model has seen: samples are one context long.
     config.sample.update(max_len=64, temperature=0.8, top_p=1.0, top_k=0)
+
+
+def gpt2_tokens(config: ml_collections.ConfigDict, corpus_dir: str) -> None:
+    """nanoGPT's data/shakespeare instead of shakespeare_char: the same 90% / 10% character
+    split, each part encoded with GPT-2's byte-level BPE (the `gpt2_bpe` fetch: vocab.json and
+    merges.txt; tiktoken's "gpt2" ids), a document starting and ending with <|endoftext|>.
+    Model and recipe as shakespeare_char's; a context of 64 tokens is ~3.4x the characters."""
+    config.data.update(corpus="shakespeare,gpt2_bpe",
+                       tokenizer=os.path.join(corpus_dir, "gpt2_bpe"))

@@ -11,7 +11,6 @@ import numpy as np
 from zoo import decoding
 from zoo.data.pipelines import lm_pipeline
 from zoo.data.tokenizers import base as tokenizers
-from zoo.data.tokenizers.base import BOS_ID
 from zoo.errors import ConfigError
 from zoo.models import gpt
 from zoo.tasks.base import Baselines, Batch, Measured, Sampling, Task
@@ -102,14 +101,16 @@ class LanguageModelTask(Task, Sampling, Baselines, Measured):
             return []
         decoder = self.sample_decoder(params, cfg.num, cfg.max_len)
         max_len = min(cfg.max_len, decoder.max_len or cfg.max_len)
-        prompt = [BOS_ID] + self.tokenizer.encode(cfg.prompt)
+        bos, eos = lm_pipeline.document_ids(self.tokenizer)
+        prompt = [bos] + self.tokenizer.encode(cfg.prompt)
         if len(prompt) >= max_len:
             raise ConfigError(f"config.sample.prompt is {len(prompt)} tokens; it must be shorter "
                               f"than config.sample.max_len={max_len}")
         out = decoding.sample(
             decoder, np.tile(np.asarray(prompt, np.int32), (cfg.num, 1)),
             rng=jax.random.key(cfg.seed), max_len=max_len, temperature=cfg.temperature,
-            top_k=cfg.top_k, top_p=cfg.top_p,
+            top_k=cfg.top_k, top_p=cfg.top_p, eos_id=eos,
+            pad_id=self.tokenizer.pad_id,
         )
         tokens, lengths = jax.device_get((out.tokens, out.lengths))
         return [self.tokenizer.decode(row[:n]) for row, n in zip(tokens, lengths)]

@@ -23,7 +23,7 @@ VARIANTS = {
     "classify": ["strategy=frozen", "size=base", "corpus=spam_assassin"],
     "elmo": ["size=base"],
     "feature_classify": ["kind=word2vec", "task=binding"],
-    "gpt": ["size=124M", "corpus=shakespeare"],
+    "gpt": ["size=124M", "corpus=shakespeare", "corpus=shakespeare,tokenizer=gpt2"],
     "gpt_classify": ["task=multiple_choice", "size=124M"],
     "nnlm": ["size=base"],
     "rnn_translate": ["attention=none", "size=base", "corpus=bible"],

@@ -20,15 +20,25 @@ Documents = list[list[str]]
 
 
 def tokenize_documents(tokenizer, documents: Documents) -> list[list[int]]:
-    """[bos] + sentence ids ... + [eos] per document."""
+    """[bos] + sentence ids ... + [eos] per document, with the tokenizer's own bos and eos ids
+    (GPT-2's byte-level BPE has one, <|endoftext|> = 50256, where zoo's own vocabularies have
+    2 and 3: as ids of GPT-2's, those are the characters '#' and '$')."""
+    bos, eos = document_ids(tokenizer)
     out = []
     for doc in documents:
-        ids = [BOS_ID]
+        ids = [bos]
         for piece in tokenizer.encode_batch(doc):
             ids.extend(piece)
-        ids.append(EOS_ID)
+        ids.append(eos)
         out.append(ids)
     return out
+
+
+def document_ids(tokenizer) -> tuple[int, int]:
+    """(bos, eos) a document starts and ends with: the tokenizer's own, or zoo's fixed 2 and 3
+    for one without them (BERT's WordPiece, whose vocabularies carry no such tokens)."""
+    bos, eos = getattr(tokenizer, "bos_id", None), getattr(tokenizer, "eos_id", None)
+    return (BOS_ID if bos is None else bos), (EOS_ID if eos is None else eos)
 
 
 def packed_rows(tokenizer, documents: Documents, seq_len: int) -> dict[str, np.ndarray]:
