@@ -13,6 +13,8 @@ Pairs (each trains zoo's job and its peer in one process, one step each in turns
 numpy batches in the same order, same recipe and step budget; see benchmarks.quality_sides):
   gpt   zoo's GPT job vs Hugging Face's PyTorch GPT2LMHeadModel, character level on Shakespeare,
         nanoGPT's CPU recipe (benchmarks.quality_gpt); metric: val loss (goal: within 0.05).
+  gpt_bpe  the same on the same split as GPT-2 tokens (nanoGPT's data/shakespeare; the
+        `gpt2_bpe` fetch in DIR: GPT-2's tokenizer, 50,257 ids).
   lstm  zoo's RNN LM job vs a torch.nn.LSTM LM of the same shape and init family, word level on
   gru   Brown (benchmarks.quality_rnn); validation and test perplexity (goal: within 3%).
 The other pairs run their own modules, each writing its own report beside quality.md (which
@@ -60,7 +62,8 @@ from benchmarks import quality_rnn  # noqa: E402
 from zoo import errors  # noqa: E402
 from zoo.errors import ConfigError  # noqa: E402
 
-PAIRS = ("gpt", "lstm", "gru")
+PAIRS = ("gpt", "gpt_bpe", "lstm", "gru")
+QUICK_PAIRS = ("gpt", "lstm", "gru")  # the fixture corpus has no GPT-2 tokenizer
 # pair -> the module that runs it and writes its own report (its main(argv)).
 DELEGATED = {"nnlm": "benchmarks.quality_nnlm", "translate": "benchmarks.quality_translate",
              "bert": "benchmarks.quality_bert", "bert_finetune": "benchmarks.quality_bert_finetune",
@@ -84,7 +87,7 @@ def parse_args(argv=None):
     parser.add_argument("--quick", action="store_true",
                         help="reduced recipes, one seed, a fixture corpus unless --corpus")
     parser.add_argument("--pairs", default="",
-                        help=f"of {PAIRS + tuple(DELEGATED)}; default all (--quick: {PAIRS})")
+                        help=f"of {PAIRS + tuple(DELEGATED)}; default all (--quick: {QUICK_PAIRS})")
     parser.add_argument("--seeds", default="", help="comma-separated; default 0,1 (quick: 0)")
     parser.add_argument("--merge", default="",
                         help="comma-separated result directories to join into --out")
@@ -127,7 +130,7 @@ def merge(directories: list[str], out: str) -> list[str]:
 def run(args) -> list[str]:
     if args.merge:
         return merge([d for d in args.merge.split(",") if d], args.out)
-    default = PAIRS if args.quick else PAIRS + tuple(DELEGATED)
+    default = QUICK_PAIRS if args.quick else PAIRS + tuple(DELEGATED)
     pairs = [p for p in (args.pairs or ",".join(default)).split(",") if p]
     unknown = sorted(set(pairs) - set(PAIRS) - set(DELEGATED))
     if unknown:
@@ -164,13 +167,16 @@ def run(args) -> list[str]:
             json.dump(record, f)
 
     records = []
-    if "gpt" in pairs:
-        chars = quality_data.load_shakespeare(corpus_dir)
+    for pair, load in (("gpt", quality_data.load_shakespeare),
+                       ("gpt_bpe", quality_data.load_shakespeare_gpt2)):
+        if pair not in pairs:
+            continue
+        corpus = load(corpus_dir)
         recipe = quality_gpt.QUICK if args.quick else quality_gpt.FULL
         for seed in seeds:
-            log(f"gpt-char-shakespeare seed {seed}: {chars.vocab_size} characters, "
-                f"{len(chars.train):,} train / {len(chars.val):,} val")
-            records.append(quality_gpt.run(chars, recipe, seed, log, progress))
+            log(f"{corpus.pair} seed {seed}: {corpus.vocab_size:,} ids, "
+                f"{len(corpus.train):,} train / {len(corpus.val):,} val tokens")
+            records.append(quality_gpt.run(corpus, recipe, seed, log, progress))
     cells = [p for p in pairs if p in ("lstm", "gru")]
     if cells:
         words = quality_data.load_brown(corpus_dir)

@@ -43,6 +43,7 @@ class CharCorpus:
     chars: str  # the vocabulary: sorted distinct characters of the whole text
     train: np.ndarray  # int32 ids, the first 90% of the text
     val: np.ndarray  # the last 10%
+    pair = "gpt-char-shakespeare"
 
     @property
     def vocab_size(self) -> int:
@@ -61,6 +62,33 @@ def char_corpus(text: str, train_fraction: float = 0.9) -> CharCorpus:
 
 def load_shakespeare(corpus_dir: str) -> CharCorpus:
     return char_corpus(_read(os.path.join(corpus_dir, "shakespeare", "shakespeare.txt")))
+
+
+@dataclasses.dataclass(frozen=True)
+class GPT2Corpus:
+    """nanoGPT's data/shakespeare/prepare.py: the same 90% / 10% split by characters, each part
+    encoded with GPT-2's byte-level BPE (tiktoken's encode_ordinary: no <|endoftext|>)."""
+    vocab_size: int
+    train: np.ndarray
+    val: np.ndarray
+    pair = "gpt-bpe-shakespeare"
+
+
+def load_shakespeare_gpt2(corpus_dir: str, train_fraction: float = 0.9) -> GPT2Corpus:
+    """Shakespeare as GPT-2 tokens, from the `gpt2_bpe` fetch in `corpus_dir` (zoo's GPT-2
+    tokenizer on its vocab.json + merges.txt, which give tiktoken's ids:
+    tests/data/corpora/test_corpus_gpt2_bpe.py)."""
+    from zoo.data.tokenizers.base import load_tokenizer
+
+    text = _read(os.path.join(corpus_dir, "shakespeare", "shakespeare.txt"))
+    directory = os.path.join(corpus_dir, "gpt2_bpe")
+    if not os.path.isfile(os.path.join(directory, "merges.txt")):
+        raise ConfigError(f"--corpus: {directory} is missing; fetch GPT-2's tokenizer with "
+                          f"`python -m zoo.commands.corpus fetch gpt2_bpe --out {corpus_dir}`")
+    tokenizer = load_tokenizer(directory)
+    cut = int(len(text) * train_fraction)
+    return GPT2Corpus(tokenizer.vocab_size, np.asarray(tokenizer.encode(text[:cut]), np.int32),
+                      np.asarray(tokenizer.encode(text[cut:]), np.int32))
 
 
 def get_batch(data: np.ndarray, rng: np.random.Generator, batch: int, block: int

@@ -1,5 +1,6 @@
-"""benchmarks.quality's GPT pair: zoo's GPT job beside Hugging Face's PyTorch GPT2LMHeadModel,
-character level on Shakespeare, with nanoGPT's CPU recipe (README "I only have a macbook"):
+"""benchmarks.quality's GPT pairs: zoo's GPT job beside Hugging Face's PyTorch GPT2LMHeadModel
+on Shakespeare, character level (gpt) or as GPT-2 tokens (gpt_bpe: nanoGPT's data/shakespeare,
+the same split), with nanoGPT's CPU recipe (README "I only have a macbook"):
 
     4 layers, 4 heads, width 128, context 64, batch 12, 2,000 steps, dropout 0;
     AdamW lr 1e-3, 100 warm-up steps, cosine decay to 1e-4 (min_lr) at step 2,000, betas
@@ -45,10 +46,12 @@ FULL = Recipe()
 QUICK = Recipe(steps=200, warmup=20, eval_every=100, eval_batches=20, curve_batches=20)
 
 
-def job_config(recipe: Recipe, vocab_size: int, seed: int) -> ml_collections.ConfigDict:
-    """The job `configs/gpt.py:corpus=shakespeare` (nanoGPT's CPU recipe already: FULL sets
-    the values it has) with the recipe's numbers, so --quick can shrink them."""
-    config = gpt_job.get_config("corpus=shakespeare")
+def job_config(recipe: Recipe, vocab_size: int, seed: int, tokenizer: str = "chars"
+               ) -> ml_collections.ConfigDict:
+    """The job `configs/gpt.py:corpus=shakespeare,tokenizer=TOKENIZER` (nanoGPT's CPU recipe
+    already: FULL sets the values it has) with the recipe's numbers, so --quick can shrink
+    them."""
+    config = gpt_job.get_config(f"corpus=shakespeare,tokenizer={tokenizer}")
     w = recipe.width
     config.model.update(num_layers=recipe.layers, num_heads=recipe.heads, embed_dim=w,
                         mlp_dim=4 * w, max_len=recipe.block, dropout_rate=0.0,
@@ -71,16 +74,17 @@ def hf_side(model_config, optim: ml_collections.ConfigDict, seed: int, eval_rows
     return quality_sides.TorchSide(model, lambda x: model(input_ids=x).logits, optim, eval_rows)
 
 
-def run(corpus: quality_data.CharCorpus, recipe: Recipe, seed: int, log=print,
-        progress=lambda record: None) -> dict[str, Any]:
+def run(corpus: quality_data.CharCorpus | quality_data.GPT2Corpus, recipe: Recipe, seed: int,
+        log=print, progress=lambda record: None) -> dict[str, Any]:
     """One seed of the pair: both sides initialised from `seed`, trained in turns on the
     get_batch stream of `seed`, evaluated on the same val batches: the first `curve_batches`
     every `eval_every` steps, all 200 at the end. `progress(record)`: the record so far, after
     every curve point."""
-    record = {"pair": "gpt-char-shakespeare", "seed": seed, "recipe": dataclasses.asdict(recipe),
-              "vocab_size": corpus.vocab_size, "train_chars": int(len(corpus.train)),
-              "val_chars": int(len(corpus.val)), "metric": "val"}
-    config = job_config(recipe, corpus.vocab_size, seed)
+    record = {"pair": corpus.pair, "seed": seed, "recipe": dataclasses.asdict(recipe),
+              "vocab_size": corpus.vocab_size, "train_tokens": int(len(corpus.train)),
+              "val_tokens": int(len(corpus.val)), "metric": "val"}
+    config = job_config(recipe, corpus.vocab_size, seed,
+                        "gpt2" if isinstance(corpus, quality_data.GPT2Corpus) else "chars")
     task = step_jobs.make_task("gpt", config, corpus.vocab_size)
     eval_rows = min(recipe.eval_batches, 50) * recipe.batch
     zoo = quality_sides.ZooSide(config, task, eval_rows)
