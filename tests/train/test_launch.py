@@ -50,6 +50,25 @@ TABLE = [
      dict(SLURM, SLURM_NTASKS="4", SLURM_PROCID="3", SLURM_LOCALID="1",
           SLURM_STEP_TASKS_PER_NODE="2(x2)", CUDA_VISIBLE_DEVICES="4,5,6,7",
           SLURM_STEP_GPUS=EIGHT), ("gpu07:61586", 4, 3), ALL, [1]),
+    # What SLURM really sets under per-task binding (gres_common.c: SLURM_STEP_GPUS is the
+    # task's own GPUs; srun exports SLURM_GPUS_PER_TASK).
+    ("srun --ntasks-per-node=2 --gpus-per-task=4, SLURM's own task environment",
+     dict(SLURM, SLURM_NTASKS="4", SLURM_PROCID="3", SLURM_LOCALID="1",
+          SLURM_STEP_TASKS_PER_NODE="2(x2)", CUDA_VISIBLE_DEVICES="4,5,6,7",
+          SLURM_STEP_GPUS="4,5,6,7", SLURM_GPUS_PER_TASK="4"), ("gpu07:61586", 4, 3), ALL, [1]),
+    ("srun --ntasks-per-node=2 --gpus-per-task=2 on 4-GPU nodes: as many GPUs as tasks",
+     dict(SLURM, SLURM_NTASKS="4", SLURM_PROCID="3", SLURM_LOCALID="1",
+          SLURM_STEP_TASKS_PER_NODE="2(x2)", CUDA_VISIBLE_DEVICES="2,3",
+          SLURM_STEP_GPUS="2,3", SLURM_GPUS_PER_TASK="2"), ("gpu07:61586", 4, 3), ALL, [1]),
+    ("srun --ntasks-per-node=8 --gpus-per-task=1, SLURM's own task environment",
+     dict(SLURM, CUDA_VISIBLE_DEVICES="3", SLURM_STEP_GPUS="3", SLURM_GPUS_PER_TASK="1"),
+     ("gpu07:61586", 16, 11), ALL, [3]),
+    ("srun --ntasks=12 --gpus-per-task=1 over two 8-GPU nodes: 8 tasks, then 4",
+     dict(SLURM, SLURM_NTASKS="12", SLURM_STEP_TASKS_PER_NODE="8,4", CUDA_VISIBLE_DEVICES="3",
+          SLURM_STEP_GPUS="3", SLURM_GPUS_PER_TASK="1"), ("gpu07:61586", 12, 11), ALL, [3]),
+    ("srun --ntasks=12 over two 8-GPU nodes, every task seeing its node's GPUs: one each",
+     dict(SLURM, SLURM_NTASKS="12", SLURM_STEP_TASKS_PER_NODE="8,4"),
+     ("gpu07:61586", 12, 11), [3], [3]),
     ("srun with JAX_COORDINATOR_PORT",
      dict(SLURM, CUDA_VISIBLE_DEVICES="3", JAX_COORDINATOR_PORT="7777"),
      ("gpu07:7777", 16, 11), ALL, [3]),
@@ -128,10 +147,12 @@ def test_a_lone_process_or_another_cluster_is_not_zoos_to_join():
     # Several GPUs visible and the tasks per node unknown (python run in the batch script).
     (dict({k: v for k, v in SLURM.items() if k != "SLURM_STEP_TASKS_PER_NODE"},
           CUDA_VISIBLE_DEVICES=EIGHT), ["SLURM_STEP_TASKS_PER_NODE", "srun"]),
-    (dict(SLURM, SLURM_STEP_TASKS_PER_NODE="8,4"), ["SLURM_STEP_TASKS_PER_NODE='8,4'"]),
+    (dict({k: v for k, v in SLURM.items() if k != "SLURM_NODEID"},
+          SLURM_STEP_TASKS_PER_NODE="8,4"),
+     ["SLURM_STEP_TASKS_PER_NODE='8,4'", "SLURM_NODEID=None"]),
     (dict(EXPLICIT, JAX_PROCESS_ID="2"), ["process index 2", "count 2"]),
 ], ids=["node-task-hidden-gpus", "2-tasks-share-8", "ranks-see-4", "open-mpi-5",
-        "no-tasks-per-node", "uneven-nodes", "index-past-count"])
+        "no-tasks-per-node", "uneven-nodes-unknown-node", "index-past-count"])
 def test_a_layout_that_idles_or_misses_gpus_is_one_clear_error(env, names):
     with pytest.raises(errors.LaunchError) as raised:
         distributed.launch(env)

@@ -10,8 +10,9 @@ of the one it sees; with one task per node only GPU 0 would be used. zoo decides
 GPUs a process sees it uses, and computes the coordinator (the same address and port JAX's
 detection derives), count and index itself, then calls `jax.distributed.initialize` with
 `cluster_detection_method="deactivate"`. JAX_COORDINATOR_ADDRESS, JAX_COORDINATOR_PORT,
-JAX_NUM_PROCESSES, JAX_PROCESS_ID and JAX_LOCAL_DEVICE_IDS win over the launcher's values, as
-they do in JAX.
+JAX_NUM_PROCESSES, JAX_PROCESS_ID and JAX_LOCAL_DEVICE_IDS win over the launcher's values (JAX
+0.10 itself reads only the address, the port and the device ids: the count and index are
+zoo's).
 
 Everything else stays JAX's decision (`jax.distributed.initialize()` with no arguments): a
 Cloud TPU VM slice (its workers read from the GCE metadata server), a GKE TPU job
@@ -57,21 +58,28 @@ def _visible(env: Mapping[str, str]) -> list[str] | None:
 
 
 def _tasks_per_node(env: Mapping[str, str]) -> int | None:
-    """SLURM's tasks on each node of the step ('8(x2)' or '4,4'), when every node has as many."""
+    """SLURM's tasks on this node ('8(x2)', '4,4' or, uneven, '8,4': SLURM_NODEID picks this
+    node's count)."""
     value = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
     if not value:
         return None
-    counts = set()
+    counts = []
     for part in value.split(","):
-        match = re.fullmatch(r"(\d+)(?:\(x\d+\))?", part.strip())
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part.strip())
         if match is None:
             raise errors.LaunchError(f"SLURM_STEP_TASKS_PER_NODE={value!r} is not SLURM's format")
-        counts.add(int(match.group(1)))
-    if len(counts) != 1:
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    if len(set(counts)) == 1:
+        return counts[0]
+    # Uneven nodes (srun --ntasks=12 over two 8-GPU nodes gives '8,4'): this node's own count.
+    node = _int(env, "SLURM_NODEID") if "SLURM_NODEID" in env else None
+    if node is None or not 0 <= node < len(counts):
         raise errors.LaunchError(
-            f"SLURM_STEP_TASKS_PER_NODE={value!r}: nodes run different numbers of tasks; start "
-            "the same number on every node (srun --ntasks-per-node=...)")
-    return counts.pop()
+            f"SLURM_STEP_TASKS_PER_NODE={value!r}: nodes run different numbers of tasks and "
+            f"SLURM_NODEID={env.get('SLURM_NODEID')!r} does not say which node this is; start "
+            "train.py with srun, or the same number of tasks on every node "
+            "(srun --ntasks-per-node=...)")
+    return counts[node]
 
 
 def _slurm_coordinator(env: Mapping[str, str]) -> str:
@@ -112,6 +120,11 @@ def _local_devices(env: Mapping[str, str], launcher: str, local: int | None,
                 for i in env["JAX_LOCAL_DEVICE_IDS"].split(",")]
     visible = _visible(env)
     if local is None or visible == []:  # explicit coordinator; or no GPU at all (a CPU run)
+        return ALL_VISIBLE
+    if launcher == "SLURM" and env.get("SLURM_GPUS_PER_TASK") and visible is not None:
+        # srun --gpus-per-task=N: SLURM binds each task to its own N GPUs (CUDA_VISIBLE_DEVICES
+        # and, from gres_common.c, SLURM_STEP_GPUS are the task's own), so the task drives
+        # every GPU it sees, however many tasks share the node.
         return ALL_VISIBLE
     # The step's GPUs on this node, when SLURM allocated them (--gpus-*, --gres=gpu:N).
     step = env.get("SLURM_STEP_GPUS") if launcher == "SLURM" else None
