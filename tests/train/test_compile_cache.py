@@ -4,6 +4,7 @@ step included) is a cache hit."""
 
 import os
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -100,3 +101,72 @@ def test_a_cache_in_a_bucket_is_written_and_read(gcs, restores_jax_cache):
     finally:
         jax.monitoring.unregister_event_listener(listen)
     assert hits, "the bucket's entry was not read"
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, restores_jax_cache):
+    """zoo's cache in a new directory, with this process's in-memory programs forgotten."""
+    jax.config.update("jax_compilation_cache_max_size", -1)
+
+    def enable(**values):
+        path = compile_cache.enable(_train_cfg(compilation_cache_dir=str(tmp_path / "cc"),
+                                               **values), "/unused")
+        jax.clear_caches()
+        return path
+
+    yield enable
+    jax.config.update("jax_compilation_cache_max_size", -1)
+
+
+def _entries(path):
+    return {n: os.path.getsize(os.path.join(path, n)) for n in os.listdir(path)
+            if n.endswith("-cache")}
+
+
+def test_a_damaged_entry_is_compiled_and_written_again(fresh_cache):
+    path = fresh_cache()
+
+    def program(x):
+        return jnp.cos(x) * 1.75 - 0.25  # a program no other test compiles
+
+    expected = np.cos(np.arange(5.0)) * 1.75 - 0.25
+    jax.jit(program)(jnp.arange(5.0))
+    (name, size), = ((n, s) for n, s in _entries(path).items() if n.startswith("jit_program-"))
+    with open(os.path.join(path, name), "r+b") as f:
+        f.truncate(size // 2)  # a write cut short
+    for attempt in range(2):
+        jax.clear_caches()
+        jax_compilation_cache.reset_cache()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            np.testing.assert_allclose(jax.jit(program)(jnp.arange(5.0)), expected, rtol=1e-6)
+        damaged = [w for w in caught if "Error reading persistent compilation cache" in
+                   str(w.message)]
+        # The first read finds the damage (JAX warns and compiles); the entry is written anew,
+        # so the second read is clean. Before, every run warned and compiled again.
+        assert len(damaged) == (1 if attempt == 0 else 0), [str(w.message) for w in caught]
+    assert _entries(path)[name] > size // 2  # whole again (its compile time may differ)
+
+
+def test_the_cache_is_bounded_least_recently_used_first(fresh_cache):
+    path = fresh_cache(compilation_cache_max_gb=0)
+    sizes = []
+    for i in range(3):
+        jax.jit(lambda x, i=i: jnp.tanh(x) * (i + 2.5))(jnp.arange(3.0 + i))
+        sizes.append(sum(_entries(path).values()))
+    assert sizes[0] < sizes[1] < sizes[2]  # unbounded: every entry stays
+    # Bounded to about two entries: entries written unbounded get the oldest access time, and
+    # the next writes evict them first.
+    bound = (sizes[2] - sizes[0]) * 1.1
+    fresh_cache(compilation_cache_max_gb=bound / 2**30)
+    assert all(os.path.exists(os.path.join(path, n[:-len("-cache")] + "-atime"))
+               for n in _entries(path))
+    for i in range(3, 6):
+        jax.jit(lambda x, i=i: jnp.tanh(x) * (i + 2.5))(jnp.arange(3.0 + i))
+        assert sum(_entries(path).values()) <= bound
+
+
+@pytest.mark.parametrize("value", [-1, "10", True])
+def test_a_bad_bound_names_the_key(value, tmp_path):
+    with pytest.raises(ConfigError, match="compilation_cache_max_gb"):
+        compile_cache.enable(_train_cfg(compilation_cache_max_gb=value), str(tmp_path))
