@@ -68,7 +68,7 @@ def restores_jax_cache():
     before = {name: getattr(jax.config, name) for name in (
         "jax_compilation_cache_dir", "jax_enable_compilation_cache",
         "jax_persistent_cache_min_compile_time_secs",
-        "jax_persistent_cache_min_entry_size_bytes")}
+        "jax_persistent_cache_min_entry_size_bytes", "jax_compilation_cache_max_size")}
     yield
     for name, value in before.items():
         jax.config.update(name, value)
@@ -170,3 +170,13 @@ def test_the_cache_is_bounded_least_recently_used_first(fresh_cache):
 def test_a_bad_bound_names_the_key(value, tmp_path):
     with pytest.raises(ConfigError, match="compilation_cache_max_gb"):
         compile_cache.enable(_train_cfg(compilation_cache_max_gb=value), str(tmp_path))
+
+
+def test_a_bucket_cache_is_left_to_its_lifecycle_rule(gcs, restores_jax_cache, tmp_path,
+                                                      monkeypatch):
+    monkeypatch.chdir(tmp_path)  # JAX's eviction would make a local 'gs:' lock directory here
+    cache = f"gs://{gcs.bucket()}/run/compile_cache"
+    compile_cache.enable(_train_cfg(compilation_cache_dir=cache), "/unused")
+    assert jax.config.jax_compilation_cache_max_size == -1
+    jax.jit(lambda x: jnp.sinh(x) * 0.625)(jnp.arange(4.0))
+    assert os.listdir(tmp_path) == []

@@ -7,8 +7,8 @@ same kind of machine; a program compiled elsewhere (another mesh, another config
 In a multi-process run only process 0 writes entries; every process reads them.
 
 Two things JAX leaves to its user, done here:
-- A bound (config.train.compilation_cache_max_gb, default 10): JAX's own least-recently-used
-  eviction (jax_compilation_cache_max_size). It keeps an access time beside each entry and
+- A bound (config.train.compilation_cache_max_gb, default 10) on a local cache: JAX's own
+  least-recently-used eviction (jax_compilation_cache_max_size). It keeps an access time beside each entry and
   reads it for every entry when it evicts; entries written while the cache was unbounded have
   none, so they are given the oldest one (evicted first) when the bound is set.
 - Repair: JAX reads a damaged entry (a truncated write, a flipped bit), warns, compiles the
@@ -68,7 +68,10 @@ def enable(train_cfg: ml_collections.ConfigDict, workdir: str) -> str | None:
         return None
     if not paths.is_remote(path):
         os.makedirs(path, exist_ok=True)
-    max_bytes = int(max_gb * 2**30) if max_gb > 0 else -1
+    # JAX's eviction locks the directory with a local lock file: on gs:// it would create a
+    # local 'gs:/...' directory and lock nothing across hosts. A bucket bounds its cache with an
+    # object lifecycle rule instead (docs/guides/cloud-storage.md).
+    max_bytes = int(max_gb * 2**30) if max_gb > 0 and not paths.is_remote(path) else -1
     changed = (jax.config.jax_compilation_cache_dir != path
                or jax.config.jax_compilation_cache_max_size != max_bytes)
     if max_bytes > 0:
