@@ -15,6 +15,9 @@ the knobs over HTTP (`/_zoo/...`, never logged, never delayed, never failed):
                 client sees fewer bytes than Content-Length promised)
     "truncate"  served with the body cut to half and a Content-Length that matches it: a
                 short answer only a checksum or a parser can catch
+    "silent"    the request is read and never answered: the connection stays open, nothing
+                is sent (a bucket behind a black hole, an overloaded front end), for
+                SILENT_S or until the client hangs up
 - pagination: an object listing returns at most maxResults (<= 1,000, GCS's page) entries and a
   nextPageToken, as GCS does; the emulator returns everything in one page, which would hide
   that a listing of 5,000 markers is 5 requests.
@@ -35,7 +38,8 @@ import time
 import urllib.parse
 from http import HTTPStatus
 
-FAULTS = ("reset", "drop", "truncate")  # besides HTTP error statuses
+FAULTS = ("reset", "drop", "truncate", "silent")  # besides HTTP error statuses
+SILENT_S = 600.0
 OPS = ("list", "read", "stat", "write", "delete", "copy", "bucket", "other")
 PAGE = 1000  # GCS's largest objects.list page
 _ERROR_STATUSES = {s.value for s in HTTPStatus if s.value >= 400}
@@ -219,6 +223,17 @@ def hang_up(handler) -> None:
         pass
 
 
+def wait_for_hang_up(handler, seconds: float) -> None:
+    """Sends nothing until the client closes the connection (or `seconds` pass)."""
+    handler.close_connection = True
+    handler.connection.settimeout(seconds)
+    try:
+        while handler.connection.recv(65536):
+            pass  # a client that sends more is still not answered
+    except OSError:
+        pass
+
+
 def control(handler, method: str, knobs: Knobs) -> None:
     """The test process's endpoints: GET /_zoo/state; POST /_zoo/latency {"seconds": s};
     POST /_zoo/faults {rule}; DELETE /_zoo/faults."""
@@ -279,6 +294,9 @@ def install(knobs: Knobs) -> None:
         if fault == "reset":
             knobs.record(info, None, 0, fault)
             return hang_up(self)
+        if fault == "silent":
+            knobs.record(info, None, 0, fault)
+            return wait_for_hang_up(self, SILENT_S)
         if isinstance(fault, int):
             response = server.Response(self)
             response.status = HTTPStatus(fault)

@@ -109,8 +109,9 @@ class GcsServer:
         """The next `count` requests matching `object` (a glob over the object name, e.g.
         '*/shard-*.json'), `method` ('GET', 'POST', ...) and `op` ('list', 'read', 'stat',
         'write', 'delete', ...) get `fault`: an HTTP error status, 'reset' (connection closed
-        before any answer), 'drop' (closed after half the body) or 'truncate' (half the body,
-        with a matching Content-Length). Rules are consumed in the order given."""
+        before any answer), 'drop' (closed after half the body), 'truncate' (half the body,
+        with a matching Content-Length) or 'silent' (never answered). Rules are consumed in
+        the order given."""
         self._control("POST", "faults", {"fault": fault, "count": count, "object": object,
                                          "method": method, "op": op})
 

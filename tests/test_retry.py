@@ -3,7 +3,9 @@ anything else is raised at once; and against the test bucket with injected fault
 and writes in zoo.paths ride out more faults than gcsfs absorbs alone, and give up after the
 bound with one clear error."""
 
+import dataclasses
 import logging
+import time
 
 import pytest
 
@@ -139,3 +141,39 @@ def test_a_missing_object_is_not_retried(gcs_knobs, gcs_bucket, fast_retries):
     with pytest.raises(FileNotFoundError):
         paths.read_bytes(f"{gcs_bucket}/prepared/none.json")
     assert len(gcs_knobs.requests(mark)) == 1
+
+
+def test_a_bucket_that_never_answers_is_given_up_within_the_budget(gcs_knobs, gcs_bucket,
+                                                                   fast_retries, monkeypatch):
+    """Before, gcsfs sent requests with no timeout: a read of an endpoint that takes the
+    connection and never answers waited forever (the issue saw 300 s of silence)."""
+    import aiohttp
+    import fsspec
+    import gcsfs
+
+    target = f"{gcs_bucket}/prepared/manifest.json"
+    paths.write_atomic(target, "{}")
+    assert fsspec.config.conf["gs"]["requests_timeout"] == aiohttp.ClientTimeout(
+        sock_connect=paths.DEFAULT_REQUEST_TIMEOUT_S, sock_read=paths.DEFAULT_REQUEST_TIMEOUT_S)
+    # The same, at a test's pace: 1 s of silence fails a request, 10 s the operation.
+    for protocol in ("gs", "gcs"):  # gcsfs's two names: fsspec applies both confs
+        monkeypatch.setitem(fsspec.config.conf[protocol], "requests_timeout",
+                            aiohttp.ClientTimeout(sock_connect=1, sock_read=1))
+    gcsfs.GCSFileSystem.clear_instance_cache()
+    monkeypatch.setattr(retry, "DEFAULT", dataclasses.replace(retry.DEFAULT, budget_s=10.0))
+    gcs_knobs.fail("silent", count=1000, op="read")
+    mark, start = gcs_knobs.mark(), time.monotonic()
+    with pytest.raises(errors.StorageUnavailableError,
+                       match=rf"reading {target}: failed once over \d+ s .*Timeout.*another "
+                             r"attempt would end past the 10 s budget"):
+        paths.read_bytes(target)
+    assert time.monotonic() - start < 15
+    silent = [r for r in gcs_knobs.requests(mark) if r["fault"] == "silent"]
+    assert len(silent) == GCSFS_TRIES  # each of gcsfs's tries timed out, and zoo gave up
+    gcsfs.GCSFileSystem.clear_instance_cache()  # the next test's instances: the default again
+
+
+def test_a_bad_request_timeout_names_the_variable(monkeypatch):
+    monkeypatch.setenv(paths.REQUEST_TIMEOUT_ENV, "soon")
+    with pytest.raises(errors.ConfigError, match="ZOO_GCS_REQUEST_TIMEOUT_S='soon'"):
+        paths.request_timeout_s()

@@ -39,11 +39,46 @@ for _protocol in ("gs", "gcs"):
     fsspec.config.conf.setdefault(_protocol, {}).setdefault("use_listings_cache", False)
 
 PathLike = str | os.PathLike
+# Seconds a GCS request may wait to connect, and then for each next part of the answer, before
+# it fails (and gcsfs, then zoo.retry, try again). gcsfs's default is no timeout at all:
+# against an endpoint that takes the connection and never answers, a read waited forever.
+REQUEST_TIMEOUT_ENV, DEFAULT_REQUEST_TIMEOUT_S = "ZOO_GCS_REQUEST_TIMEOUT_S", 20.0
+_request_timeout_set = False
 
 
 def is_remote(path: PathLike) -> bool:
     """True for a URL with a scheme (gs://...), False for a local path."""
-    return "://" in os.fspath(path)
+    remote = "://" in os.fspath(path)
+    if remote and not _request_timeout_set:
+        _set_request_timeout()
+    return remote
+
+
+def request_timeout_s() -> float:
+    """$ZOO_GCS_REQUEST_TIMEOUT_S, else DEFAULT_REQUEST_TIMEOUT_S."""
+    value = os.environ.get(REQUEST_TIMEOUT_ENV, "")
+    try:
+        seconds = float(value) if value else DEFAULT_REQUEST_TIMEOUT_S
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise errors.ConfigError(f"{REQUEST_TIMEOUT_ENV}={value!r} must be a number of seconds "
+                                 f"> 0 (default {DEFAULT_REQUEST_TIMEOUT_S:g})")
+    return seconds
+
+
+def _set_request_timeout() -> None:
+    """gcsfs's requests_timeout for every gs:// filesystem made from now on: aiohttp's
+    connect and read timeouts (not a total, which would cut a long download short). Set at
+    the first gs:// path, so a local run never imports aiohttp."""
+    global _request_timeout_set
+    import aiohttp
+
+    seconds = request_timeout_s()
+    timeout = aiohttp.ClientTimeout(sock_connect=seconds, sock_read=seconds)
+    for protocol in ("gs", "gcs"):
+        fsspec.config.conf[protocol]["requests_timeout"] = timeout
+    _request_timeout_set = True
 
 
 def as_path(path: PathLike) -> epath.Path:

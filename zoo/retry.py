@@ -18,6 +18,9 @@ requests), so it does not multiply gcsfs's retries at gcsfs's pace:
 - the errors gcsfs lets through that are just as passing: timeouts (asyncio's and fsspec's
   FSTimeoutError, socket timeouts) and connection errors raised outside its retried call;
 - one WARNING line per retry, naming the operation and object, the attempt and the error;
+- a budget (`Policy.budget_s`, 3 minutes): no attempt is started that would end past it,
+  judged by the last one's duration, so a bucket that never answers (each request then waits
+  out zoo.paths' request timeout) is given up on in about 2.5 minutes, not 3 x 2.5;
 - after the last attempt, one StorageUnavailableError (a UserError: the command line prints it
   without a traceback) naming the object, the attempts and the time spent, the last error
   chained. Anything not passing (a missing object, no permission, bad JSON) is raised at once,
@@ -54,6 +57,10 @@ class Policy:
     first_delay_s: float = 4.0
     multiplier: float = 4.0
     max_delay_s: float = 60.0
+    # No attempt is started that would end past this many seconds from the first one's start,
+    # judged by how long the last one took (a silent bucket: each attempt is gcsfs's 6 requests
+    # of zoo.paths' request timeout and its ~31 s of backoff, ~2.5 min at the default 20 s).
+    budget_s: float = 180.0
 
     def delay(self, retry: int) -> float:
         base = min(self.max_delay_s, self.first_delay_s * self.multiplier ** (retry - 1))
@@ -101,19 +108,29 @@ def retrying(fn: Callable[[], T], *, what: str, policy: Policy | None = None) ->
     policy = policy or DEFAULT
     start = time.monotonic()
     for attempt in range(1, policy.attempts + 1):
+        began = time.monotonic()
         try:
             return fn()
         except Exception as e:  # noqa: BLE001 - classified just below
             if not is_transient(e):
                 raise
-            error = f"{type(e).__name__}: {' '.join(errors.message(e).split())[:200]}"
-            if attempt == policy.attempts:
-                raise errors.StorageUnavailableError(
-                    f"{what}: failed {policy.attempts} times over "
-                    f"{time.monotonic() - start:.0f} s with errors that usually pass (last: "
-                    f"{error}); the storage service or the network is failing: check them "
-                    "and run again") from e
+            said = " ".join(errors.message(e).split())[:200]
+            if not said and isinstance(e, TimeoutError):  # fsspec's and asyncio's say nothing
+                said = ("no answer within the request timeout (zoo.paths: "
+                        "$ZOO_GCS_REQUEST_TIMEOUT_S per connect or read)")
+            error = f"{type(e).__name__}: {said}"
+            now = time.monotonic()
             delay = policy.delay(attempt)
+            over_budget = now + delay + (now - began) - start > policy.budget_s
+            if attempt == policy.attempts or over_budget:
+                why = (f"another attempt would end past the {policy.budget_s:.0f} s budget"
+                       if attempt < policy.attempts else "")
+                raise errors.StorageUnavailableError(
+                    f"{what}: failed {f'{attempt} times' if attempt > 1 else 'once'} over "
+                    f"{now - start:.0f} s with errors "
+                    f"that usually pass (last: {error}){'; ' + why if why else ''}; the "
+                    "storage service or the network is failing: check them and run again"
+                ) from e
             _log.warning("%s: attempt %d of %d failed (%s); retrying in %.1f s", what,
                          attempt, policy.attempts, error, delay)
             time.sleep(delay)
