@@ -39,6 +39,11 @@ class StorageUnavailableError(UserError, OSError):
     message names the object and the last error; running again later is the fix."""
 
 
+class AccessDeniedError(UserError, PermissionError):
+    """Storage refused these credentials (HTTP 401/403, a local permission): the data may be
+    whole; the message names the object and asks for access, never to delete anything."""
+
+
 class LaunchError(UserError, RuntimeError):
     """The launcher's environment (SLURM_*, OMPI_COMM_WORLD_*, CUDA_VISIBLE_DEVICES, JAX_*)
     describes a process layout zoo cannot run: the message names the variables and the fix."""

@@ -84,6 +84,20 @@ def is_transient(error: BaseException) -> bool:
     return False
 
 
+def is_access_denied(error: BaseException) -> bool:
+    """Whether `error` (or one it was raised from) is storage refusing these credentials: a
+    local PermissionError, gcsfs's 403 (an OSError 'Forbidden: ...') or an HTTP 401/403."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, PermissionError) or getattr(error, "code", None) in (401, 403):
+            return True
+        if type(error) is OSError and errors.message(error).startswith("Forbidden"):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def _gcsfs_retriable(error: BaseException) -> bool:
     # gcsfs's own classification (its HTTP codes, aiohttp and requests errors), so the two
     # layers agree on what passes. Only once gcsfs is loaded (a gs:// path was used): before,

@@ -14,8 +14,8 @@ import json
 
 import numpy as np
 
-from zoo import paths
-from zoo.errors import DataError
+from zoo import paths, retry
+from zoo.errors import AccessDeniedError, DataError, UserError
 
 SETTINGS = "settings.json"
 
@@ -56,6 +56,13 @@ def read(directory) -> tuple[dict, dict[str, np.ndarray], dict[str, np.ndarray],
                     arrays.append({k: npz[k] for k in npz.files})
         examples = json.loads((directory / "validation_examples.json").read_text())
     except (OSError, ValueError, KeyError) as e:
+        if isinstance(e, UserError):  # zoo.retry gave up: the storage failed, not the data
+            raise
+        if retry.is_access_denied(e):
+            raise AccessDeniedError(
+                f"prepared SQuAD features {directory}: reading was refused ({e}); these "
+                "credentials may not read them. They are not known to be damaged: give them "
+                "read access and run again") from e
         raise DataError(f"prepared SQuAD features {directory} are incomplete or corrupt ({e}); "
                         f"delete {directory} and prepare them again") from None
     return settings, arrays[0], arrays[1], examples

@@ -161,3 +161,24 @@ def test_one_read_ahead_per_iterator_though_two_threads_start_it(local, gcs_buck
     # grain's two reader threads ask for the first batches at once; one ReadAhead of depth 16
     # starts 16 threads (two of them, 32 threads, each ahead on the same keys).
     assert len(readers()) - before == pb.read_ahead_depth(remote, 8, 1, 0) == 16
+
+
+def test_a_refused_read_asks_for_access_and_a_failing_bucket_is_not_damage(
+        local, gcs_knobs, gcs_bucket, fast_retries):
+    """Before: a 403 on the manifest was 'incomplete or corrupt ... delete the directory and
+    prepare it again' (advice that destroys good data), and a 503 on word_starts.npy a raw
+    HttpError after gcsfs's tries with no zoo retry."""
+    from zoo import errors
+
+    url = _upload(local, f"{gcs_bucket}/prepared-guarded")
+    gcs_knobs.fail(403, count=1, op="read", object="*/manifest.json")
+    with pytest.raises(errors.AccessDeniedError, match=r"manifest\.json was refused") as raised:
+        store.PretrainingSource(url)
+    assert "delete" not in str(raised.value) and "corrupt" not in str(raised.value)
+    gcs_knobs.fail(503, count=1000, op="read", object=f"*/{store.WORD_STARTS}")
+    with pytest.raises(errors.StorageUnavailableError,
+                       match=rf"reading {url}/{store.WORD_STARTS}: failed 3 times"):
+        store.PretrainingSource(url)
+    gcs_knobs.reset_behaviour()
+    gcs_knobs.fail(503, count=7, op="read", object=f"*/{store.WORD_STARTS}")  # rides it out
+    assert len(store.PretrainingSource(url)) == len(store.PretrainingSource(local))

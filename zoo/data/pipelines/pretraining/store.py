@@ -23,11 +23,11 @@ import os
 import numpy as np
 from etils import epath
 
-from zoo import paths
+from zoo import errors, paths, retry
 from zoo.data.pipelines.pretraining import records as records_format
 from zoo.data.pipelines.pretraining.examples import MaskingSpec, Settings
 from zoo.data.pipelines.pretraining.range_reader import RemoteArrays
-from zoo.errors import DataError
+from zoo.errors import AccessDeniedError, DataError, UserError
 from zoo.retry import retrying
 
 # 3: one file of fixed-size records per shard, rows shuffled (2: one int32 file per feature).
@@ -113,10 +113,11 @@ class PretrainingSource:
         self.path = path
         root = paths.as_path(path)
         self.remote = paths.is_remote(path)
+        raw = read_part(path, os.fspath(root / MANIFEST))
         try:
-            self.manifest = json.loads((root / MANIFEST).read_text())
+            self.manifest = json.loads(raw.decode("utf-8"))
             version = self.manifest.get("format")
-        except (OSError, ValueError, AttributeError) as e:
+        except (ValueError, AttributeError) as e:
             raise corrupt(path, f"unreadable manifest {root / MANIFEST}: {e}") from None
         if version != FORMAT_VERSION:
             raise DataError(
@@ -141,8 +142,9 @@ class PretrainingSource:
         else:
             self._maps = [self._open_local(os.fspath(f), rows)
                           for f, rows in zip(files, shard_rows)]
+        raw = read_part(path, os.fspath(root / WORD_STARTS))
         try:
-            self.word_starts = np.load(io.BytesIO((root / WORD_STARTS).read_bytes()))
+            self.word_starts = np.load(io.BytesIO(raw))
         except (OSError, ValueError) as e:
             raise corrupt(path, f"cannot read {WORD_STARTS}: {e}") from None
         self._offsets = np.cumsum([0, *shard_rows])
@@ -222,6 +224,29 @@ class PretrainingSource:
 
     def __repr__(self) -> str:
         return f"PretrainingSource({self.path!r}, {len(self)} examples)"
+
+
+def read_part(path: str, file: str) -> bytes:
+    """The bytes of one small file of the prepared directory `path` (through zoo.retry in a
+    bucket). A refusal of these credentials is an AccessDeniedError, storage that keeps
+    failing a StorageUnavailableError: neither says the data is damaged or asks for it to be
+    deleted. Only a file that is not there is `corrupt`."""
+    try:
+        return paths.read_bytes(file)
+    except UserError:
+        raise
+    except Exception as e:  # noqa: BLE001 - classified just below
+        if retry.is_access_denied(e):
+            raise AccessDeniedError(
+                f"prepared pretraining data {path}: reading {file} was refused ({type(e).__name__}"
+                f": {' '.join(errors.message(e).split())[:200]}); these credentials may not read "
+                "it. The data is not known to be damaged: give them read access (e.g. "
+                "roles/storage.objectViewer on the bucket) and run again") from e
+        if isinstance(e, FileNotFoundError):
+            raise corrupt(path, f"{file} is missing") from None
+        if isinstance(e, OSError):
+            raise corrupt(path, f"cannot read {file}: {e}") from None
+        raise
 
 
 def corrupt(path: str, detail: str) -> DataError:
