@@ -12,7 +12,8 @@ so `except ValueError` / `except FileNotFoundError` around zoo calls keeps worki
 import contextlib
 import os
 import sys
-from collections.abc import Iterator
+import traceback
+from collections.abc import Callable, Iterator
 
 
 class UserError(Exception):
@@ -75,16 +76,46 @@ def find(error: BaseException | None) -> UserError | None:
     return found
 
 
+# Called with this process's failure, one line, when a command's entry point ends with it; a
+# hook may return a line to print last instead (zoo.train.lost_hosts: in a multi-process run it
+# publishes the failure to the others, and names a peer's failure that came first and caused
+# this one).
+failure_hooks: list[Callable[[str], str | None]] = []
+
+
+def _tell_failure(line: str) -> str | None:
+    last = None
+    for hook in failure_hooks:
+        try:
+            last = hook(line) or last
+        except Exception:  # noqa: BLE001 - a hook must never hide the failure itself
+            pass
+    return last
+
+
 @contextlib.contextmanager
 def reported(prefix: str = "error") -> Iterator[None]:
     """Around a command-line entry point: a UserError raised inside prints `<prefix>: <message>`
     on stderr, with no traceback, and exits with status 1; with ZOO_DEBUG=1 it propagates with
-    its traceback. Every other exception propagates untouched (a bug keeps its traceback)."""
+    its traceback. Every other exception propagates untouched (a bug keeps its traceback),
+    unless another process's failure is known to have come first: then its traceback is
+    printed, the line naming that process last, and the exit status is 1 (failure_hooks)."""
     try:
         yield
     except UserError as e:
+        cause = _tell_failure(" ".join(message(e).split()))
         if debugging():
             raise
         sys.stdout.flush()  # what the job printed comes first
         print(f"{prefix}: {message(e)}", file=sys.stderr, flush=True)
+        if cause:
+            print(cause, file=sys.stderr, flush=True)
+        sys.exit(1)
+    except Exception as e:
+        cause = _tell_failure(f"{type(e).__name__}: {' '.join(message(e).split())[:500]}")
+        if cause is None or debugging():
+            raise
+        sys.stdout.flush()
+        traceback.print_exc()
+        print(cause, file=sys.stderr, flush=True)
         sys.exit(1)

@@ -12,6 +12,10 @@ Faults live here, in the test harness, never in zoo/. KIND is one of:
                ENOSPC on a full disk, while the metrics log stays under the limit.
   hang_step    train step STEP never returns (the host sleeps inside it, as inside a wedged
                collective), after writing <workdir>/HANG_MARKER: the hang watchdog's case.
+  fail_start   (STEP unused, 0) the job fails at once with a ConfigError, before its first
+               collective, as for an init_from missing on one host.
+  fail_step    train step STEP raises a RuntimeError (a bug), after many collectives.
+With ZOO_FAULT_PROCESS=i in the environment, only process i gets the fault.
 """
 
 import asyncio
@@ -23,12 +27,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+import jax
 import orbax.checkpoint as ocp
 from absl import flags
 from orbax.checkpoint._src.path import atomicity
 
 import train
 from zoo.commands import cli
+from zoo.errors import ConfigError
 
 HANG_MARKER = "fault_hanging"
 # Tiny GPT checkpoints have array files of several hundred KiB; 200 steps of metrics.jsonl
@@ -94,7 +100,32 @@ def _hang_step(step: int, workdir: str) -> None:
     loop.make_train_step = make_train_step
 
 
-_FAULTS = {"hang_commit": _hang_commit, "file_limit": _file_limit, "hang_step": _hang_step}
+def _fail_start(step: int, workdir: str) -> None:
+    del step
+    raise ConfigError(f"config.train.init_from={workdir}/not-on-this-host is not a directory")
+
+
+def _fail_step(step: int, workdir: str) -> None:
+    del workdir
+    from zoo.train import loop
+
+    original = loop.make_train_step
+
+    def make_train_step(setup, config):
+        train_step = original(setup, config)
+
+        def failing(state, batch):
+            if int(state.step) + 1 == step:
+                raise RuntimeError(f"injected failure in train step {step}")
+            return train_step(state, batch)
+
+        return failing
+
+    loop.make_train_step = make_train_step
+
+
+_FAULTS = {"hang_commit": _hang_commit, "file_limit": _file_limit, "hang_step": _hang_step,
+           "fail_start": _fail_start, "fail_step": _fail_step}
 
 
 def main(config, workdir):
@@ -102,7 +133,9 @@ def main(config, workdir):
     if kind not in _FAULTS or not step.isdigit():
         raise ValueError(f"--fault={_FAULT.value!r} must be KIND:STEP with KIND in "
                          f"{sorted(_FAULTS)}, e.g. --fault=hang_commit:100")
-    _FAULTS[kind](int(step), os.path.abspath(workdir))
+    only = os.environ.get("ZOO_FAULT_PROCESS")
+    if only is None or int(only) == jax.process_index():
+        _FAULTS[kind](int(step), os.path.abspath(workdir))
     return train.main(config, workdir)
 
 

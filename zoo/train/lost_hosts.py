@@ -31,6 +31,7 @@ import time
 
 import jax
 
+from zoo import errors
 from zoo.errors import ConfigError
 from zoo.train import abort_hold, coordinator_watch
 
@@ -40,6 +41,9 @@ DEFAULT_HEARTBEAT_TIMEOUT_S = 30
 LOST_HOST_EXIT_CODE = 1
 SHUTDOWN_TIMEOUT_S = 300
 _LEFT_KEY = "zoo_left/{}"  # set by a process that passed the exit barrier (_exit_together)
+# Set by a process whose job failed (its one-line error), read by every other's watch.
+_FAILED_DIR = "zoo_failed/"
+_FAILED_KEY = _FAILED_DIR + "{}"
 
 
 def heartbeat_timeout(config) -> int:
@@ -121,12 +125,56 @@ def _report_and_exit(line: str) -> None:
     os._exit(LOST_HOST_EXIT_CODE)
 
 
+# This process's connection to the others once joined, for failure_published.
+_joined: dict = {}
+
+
+def failed_peer(client, process_id: int) -> tuple[int, str] | None:
+    """(process, its error line) of the first other process that published a failure."""
+    try:
+        found = client.key_value_dir_get(_FAILED_DIR)
+    except Exception:  # noqa: BLE001 - the service is gone: nothing to read
+        return None
+    failures = sorted((int(key.rsplit("/", 1)[1]), value) for key, value in found)
+    return next(((i, line) for i, line in failures if i != process_id), None)
+
+
+def peer_failed_message(peer: int, line: str, process_id: int, num_processes: int) -> str:
+    return (f"error: process {peer} of {num_processes} failed: {line} (process {process_id} "
+            "exits because of it; fix that and rerun every process)")
+
+
+def failure_published(line: str) -> str | None:
+    """zoo.errors.failure_hooks: this process's failure goes to the coordination service (the
+    others' watch reads it and exits naming it) and its exit skips the exit barrier. Returns
+    the line naming another process whose failure came first, if one did."""
+    client = _joined.get("client")
+    if client is None:
+        return None
+    process_id, num_processes = _joined["process_id"], _joined["num_processes"]
+    _joined["failed"] = True
+    peer = failed_peer(client, process_id)
+    try:
+        client.key_value_set(_FAILED_KEY.format(process_id), line)
+    except Exception:  # noqa: BLE001 - the service is gone; the others see this one lost
+        pass
+    return peer_failed_message(*peer, process_id, num_processes) if peer else None
+
+
 def _watch_peers(client, process_id: int, num_processes: int, every_s: float,
                  exiting: threading.Event) -> None:
-    """Asks the coordination service which processes are alive, every `every_s` seconds, on a
-    daemon thread: the main thread may be blocked in a collective that will never return."""
+    """Asks the coordination service which processes are alive, and whether one published a
+    failure, every `every_s` seconds, on a daemon thread: the main thread may be blocked in a
+    collective that will never return."""
     everyone = list(range(num_processes))
     while not exiting.wait(every_s):
+        peer = None if _joined.get("failed") else failed_peer(client, process_id)
+        if peer is not None and not exiting.is_set():
+            line = peer_failed_message(*peer, process_id, num_processes)
+            if process_id == 0 and num_processes > 2:
+                _serve_a_while(client, everyone, line, every_s)
+                line = ""  # printed
+            _report_and_exit(line)
         try:
             live = client.get_live_nodes(everyone)
         except Exception as e:  # the service itself (process 0) is gone  # noqa: BLE001
@@ -142,15 +190,19 @@ def _watch_peers(client, process_id: int, num_processes: int, every_s: float,
                 "The following tasks are unhealthy (stopped sending heartbeats): "
                 + ",".join(map(str, lost)), process_id, num_processes)
             if process_id == 0 and len(lost) < num_processes - 1:
-                # The service lives here: leaving at once would take it away before the other
-                # survivors heard why (they would abort with the service's own error instead).
-                # Keep answering their liveness queries for two of their polls, then go.
-                print(line, file=sys.stderr, flush=True)
-                threading.Thread(target=_keep_answering, args=(client, everyone),
-                                 daemon=True).start()
-                time.sleep(2 * every_s + 1)
+                _serve_a_while(client, everyone, line, every_s)
                 line = ""  # printed
             _report_and_exit(line)
+
+
+def _serve_a_while(client, everyone, line: str, every_s: float) -> None:
+    """Process 0 hosts the service: leaving at once would take it away before the other
+    survivors heard why (they would abort with the service's own error instead). Prints
+    `line`, then keeps answering their liveness queries for two of their polls."""
+    if line:
+        print(line, file=sys.stderr, flush=True)
+    threading.Thread(target=_keep_answering, args=(client, everyone), daemon=True).start()
+    time.sleep(2 * every_s + 1)
 
 
 def _left(client, process_id: int) -> bool:
@@ -184,6 +236,10 @@ def join(heartbeat_timeout_s: int, kwargs: dict) -> None:
     state = jax_distributed.global_state
     if state.client is None:  # (a test's stand-in for jax.distributed.initialize)
         return
+    _joined.update(client=state.client, process_id=state.process_id,
+                   num_processes=state.num_processes, failed=False)
+    if failure_published not in errors.failure_hooks:
+        errors.failure_hooks.append(failure_published)
     if state.process_id != 0 and state.coordinator_address:
         _start_companion(state.coordinator_address, state.process_id, state.num_processes)
     exiting = threading.Event()
@@ -201,11 +257,21 @@ def join(heartbeat_timeout_s: int, kwargs: dict) -> None:
     # others would abort on their way out. Registered after JAX's own atexit shutdown, so it
     # runs before it; the same 5 minutes as JAX's shutdown_timeout_seconds.
     atexit.register(_exit_together, state.client, state.process_id, state.num_processes,
-                    exiting, watch, 2 * every_s + 10)
+                    exiting, watch, 2 * every_s + 10, every_s)
 
 
 def _exit_together(client, process_id: int, num_processes: int, exiting: threading.Event,
-                   watch: threading.Thread, watch_join_s: float) -> None:
+                   watch: threading.Thread, watch_join_s: float, every_s: float) -> None:
+    if _joined.get("failed"):
+        # This process failed and published why (failure_published): the others exit on
+        # their own when their watch reads it; none will come to the barrier. Process 0 hosts
+        # the service they read it from, so it stays for two of their polls.
+        exiting.set()
+        tell_companion_exiting()
+        if process_id == 0:
+            _serve_a_while(client, list(range(num_processes)), "", every_s)
+        watch.join(timeout=watch_join_s)
+        return
     # Until every process is here, a lost process is still a loss: the watch thread keeps
     # reporting it (and each companion keeps watching process 0). A survivor whose main thread
     # ended with a collective's error (gloo: "Connection reset by peer" from the killed peer)
