@@ -1,6 +1,8 @@
 """Resuming after a real process dies equals never having stopped, bit for bit (CPU)."""
 
+import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -42,6 +44,11 @@ def uninterrupted(tmp_path_factory):
     return workdir
 
 
+def _goodput(workdir):
+    with open(os.path.join(workdir, "goodput.json")) as f:
+        return json.load(f)
+
+
 def _assert_identical_runs(resumed, uninterrupted):
     gpt_process.assert_identical_runs(resumed, uninterrupted, STEPS)
 
@@ -52,12 +59,25 @@ def test_sigkill_between_checkpoints_then_resume_is_bit_identical(uninterrupted,
     assert code == -signal.SIGKILL
     killed_at = gpt_process.logged_steps(workdir)[-1]["step"]
     assert killed_at < STEPS, "the run finished before it could be killed"
+    time.sleep(2)  # a scheduler's delay before the relaunch: goodput's recovery
     proc = _run_to_end(workdir)
     # It resumed from the last checkpoint before the kill, not from scratch.
     resumed_from = (killed_at // EVERY) * EVERY
     assert f"starting at step {resumed_from}" in proc.stdout or \
         f"starting at step {resumed_from - EVERY}" in proc.stdout, proc.stdout[:500]
     _assert_identical_runs(workdir, uninterrupted)
+    # Goodput (zoo.train.goodput) counts the steps done again and the time between the runs.
+    killed, whole = _goodput(workdir), _goodput(uninterrupted)
+    assert (killed["runs"], whole["runs"]) == (2, 1)
+    assert killed["lost_s"]["wasted"] > 0 and killed["lost_s"]["recovery"] > 2, killed
+    assert whole["lost_s"]["wasted"] == whole["lost_s"]["recovery"] == 0, whole
+    for account in (killed, whole):
+        assert all(account["lost_s"][b] > 0 for b in ("startup", "compile", "checkpoint", "eval"))
+        assert account["wall_s"] == pytest.approx(account["productive_s"]
+                                                  + sum(account["lost_s"].values()))
+        assert 0 < account["goodput"] < 1
+    assert killed["lost_s"]["restore"] > 0 and whole["lost_s"]["restore"] == 0
+    assert re.search(r"^goodput \d+\.\d% of \d+ s: .*wasted", proc.stdout, re.M), proc.stdout
 
 
 def test_sigterm_saves_exits_zero_and_resumes_bit_identical(uninterrupted, tmp_path):

@@ -4,9 +4,11 @@ The loop is handed its task by the command layer (zoo.commands.jobs looks config
 the task registry): the tasks import this package, so nothing here imports them.
 """
 
+import contextlib
 import dataclasses
 import json
 import signal
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +22,8 @@ from jax.experimental import multihost_utils
 from zoo import paths
 from zoo.errors import ConfigError, UserError
 from zoo.train import metrics as metrics_lib
-from zoo.train import (compile_cache, contract, dry_run, flops, init_from, optim, partitioning,
+from zoo.train import (compile_cache, contract, dry_run, flops, goodput, init_from, optim,
+                       partitioning,
                        program, recipe, step)
 from zoo.train import watchdog as watchdog_lib
 from zoo.train.checkpoint import Checkpointer
@@ -225,6 +228,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
     watchdog_lib.validate(train_cfg.get("watchdog"))  # before any compile: a typo fails at once
     if train_cfg.dry_run:
         return dry_run.report(config, workdir, task_factory, devices)
+    account = goodput.Goodput(workdir)
     setup = build(config, workdir, task_factory, devices)
     task, batch_sharding = setup.task, setup.batch_sharding
     train_step, eval_step = make_train_step(setup, config), make_eval_step(setup)
@@ -239,10 +243,13 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
             if train_cfg.best_metric else None)
     state = setup.state
     if checkpointer.latest_step() is not None:
-        state = checkpointer.restore(state, batches, quarantine=True)
+        with account.timed("restore"):
+            state = checkpointer.restore(state, batches, quarantine=True)
+        account.resumed(int(state.step))
     elif train_cfg.init_from:
-        state = init_from.init_params(train_cfg.init_from, state,
-                                      contract.pretrained_subtree(task))
+        with account.timed("restore"):
+            state = init_from.init_params(train_cfg.init_from, state,
+                                          contract.pretrained_subtree(task))
     with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
         contract.prepare(task, state.params)
     start, total = int(state.step), train_cfg.steps
@@ -268,6 +275,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
     # stays one step ahead of the device, as the late reads below), each eval and each save.
     watchdog = watchdog_lib.Watchdog(train_cfg.get("watchdog"))
     previous_metrics = None
+    account.loop_started()
     try:
         with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules), \
                 _Preemption() as preemption:
@@ -275,8 +283,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
                 if profile and done == profile[0] + 1:
                     jax.profiler.start_trace(paths.join(workdir, "profile"))
                 with watchdog.phase("step", done):
-                    state, step_metrics = train_step(state,
-                                                     _to_global(next(batches), batch_sharding))
+                    with account.timed("data_wait"):
+                        batch = _to_global(next(batches), batch_sharding)
+                    with account.timed("compile") if done == start + 1 else _NOTHING:
+                        state, step_metrics = train_step(state, batch)
                     if watchdog.active:
                         jax.block_until_ready(previous_metrics)
                 previous_metrics = step_metrics
@@ -302,41 +312,63 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
                     report = _train_report(task, history, schedule, done)
                     report.update(progress.update(done, report, tokens=report.pop("tokens")))
                     writer.write(done, "train", report)
+                    account.write(done)
                     history = []
                 if done % train_cfg.eval_every == 0 or done == total:
-                    with watchdog.phase("eval", done):
+                    with watchdog.phase("eval", done), account.timed("eval"):
                         summary = evaluate_and_write(task, eval_step, state.params,
                                                      batch_sharding, predict_step, workdir)
                     writer.write(done, "eval", summary)
                     _print_eval(done, summary)
                     _maybe_save_best(best, done, state, summary)
                 if done % train_cfg.checkpoint_every == 0 or done == total or preempted:
-                    with watchdog.phase("save", done):
+                    with watchdog.phase("save", done), account.timed("checkpoint"):
                         checkpointer.save(done, state, batches)
+                    account.checkpointed(done)
                     saved = done
                 if preempted:
                     if jax.process_index() == 0:
                         print(f"SIGTERM: saved step {done} to {checkpointer.directory}; "
                               "exiting (rerun the same command to resume)", flush=True)
                     return summary
-            if start >= total:  # resumed a finished run: report its final eval again
-                summary = evaluate_and_write(task, eval_step, state.params, batch_sharding,
-                                             predict_step, workdir)
-            print_samples(task, state.params)
+            with account.timed("eval"):
+                if start >= total:  # resumed a finished run: report its final eval again
+                    summary = evaluate_and_write(task, eval_step, state.params, batch_sharding,
+                                                 predict_step, workdir)
+                print_samples(task, state.params)
     finally:
         # Waits for async saves: a checkpoint the log announced is on disk before we return.
         try:
-            with watchdog.phase("final save", saved):  # its own kind: judged by limit_s alone
-                checkpointer.close()
+            with watchdog.phase("final save", saved), account.timed("checkpoint"):
+                checkpointer.close()  # the final save's phase: judged by limit_s alone
         finally:
             watchdog.close()
         if best is not None:
             best.close()
-        writer.close()
+        try:
+            if saved == total and sys.exc_info()[0] is None:
+                _goodput_report(account, writer, total)
+        finally:
+            writer.close()
     if jax.process_index() == 0 and saved == total:
         paths.write_atomic(paths.join(workdir, "summary.json"),
                            json.dumps({"step": total, **summary, **baselines}, indent=2))
     return summary
+
+
+_NOTHING = contextlib.nullcontext()
+
+
+def _goodput_report(account: goodput.Goodput, writer, step: int) -> dict:
+    """The whole run's account: goodput.json, TensorBoard's goodput/*, one line (process 0).
+    Not summary.json: that holds the final eval, equal bit for bit across a resume."""
+    report = account.account()
+    account.write(step)
+    writer.scalars(step, "goodput", {"goodput": report["goodput"],
+                                     **{f"{b}_s": s for b, s in report["lost_s"].items()}})
+    if jax.process_index() == 0:
+        print(goodput.Goodput.line(report), flush=True)
+    return report
 
 
 def _executed_flops_per_token(setup: Setup, train_step) -> float:

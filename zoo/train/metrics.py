@@ -73,6 +73,13 @@ class MetricsWriter:
             for k, v in clean.items():
                 self._tb.add_scalar(f"{split}/{k}", v, int(step))
 
+    def scalars(self, step: int, prefix: str, metrics: dict[str, float]) -> None:
+        """TensorBoard only: `prefix`/name for each metric (metrics.jsonl keeps the train and
+        eval records)."""
+        if self._tb is not None:
+            for k, v in metrics.items():
+                self._tb.add_scalar(f"{prefix}/{k}", float(v), int(step))
+
     def close(self) -> None:
         if self._jsonl is not None:
             self._jsonl.close()
