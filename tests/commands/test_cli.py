@@ -104,7 +104,8 @@ def _flag_values(argv):
 
 @pytest.mark.parametrize("args, error, message", [
     (["--config=configs/gpt.py:sise=tiny"], errors.ConfigError,
-     r"^config variant key 'sise' is unknown; known keys: \['corpus', 'corpus_dir', 'size'\]$"),
+     r"^config variant key 'sise' is unknown; known keys: "
+     r"\['corpus', 'corpus_dir', 'size', 'tokenizer'\]$"),
     (["--config=configs/nope.py"], errors.MissingFileError,
      r"^--config=configs/nope\.py: \[Errno 2\] No such file or directory: 'configs/nope\.py'"),
     (["--config=configs/nope.py", "--config.train.steps=2"], errors.MissingFileError,

@@ -148,7 +148,7 @@ _CLI_CASES = {  # name: (script, arguments, what stderr says)
                          r"config\.data\.seq_len\?"),
     "unknown_variant": ("train.py", ["--config=configs/gpt.py:sise=tiny"],
                         r"config variant key 'sise' is unknown; known keys: "
-                        r"\['corpus', 'corpus_dir', 'size'\]"),
+                        r"\['corpus', 'corpus_dir', 'size', 'tokenizer'\]"),
     "missing_config_file": ("train.py", ["--config=configs/nope.py"],
                             r"configs/nope\.py.*No such file or directory"),
     "bad_nonfinite": ("train.py", [_GPT, "--config.train.nonfinite=skp"],

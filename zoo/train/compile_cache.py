@@ -8,9 +8,10 @@ In a multi-process run only process 0 writes entries; every process reads them.
 
 Two things JAX leaves to its user, done here:
 - A bound (config.train.compilation_cache_max_gb, default 10) on a local cache: JAX's own
-  least-recently-used eviction (jax_compilation_cache_max_size). It keeps an access time beside each entry and
-  reads it for every entry when it evicts; entries written while the cache was unbounded have
-  none, so they are given the oldest one (evicted first) when the bound is set.
+  least-recently-used eviction (jax_compilation_cache_max_size). It keeps an access time
+  beside each entry and reads it for every entry when it evicts; entries written while the
+  cache was unbounded have none, so they are given the oldest one (evicted first) when the
+  bound is set.
 - Repair: JAX reads a damaged entry (a truncated write, a flipped bit), warns, compiles the
   program again, and then writes nothing, because the entry's name is taken: every later run
   warns and compiles again. Here an entry that fails to decompress or deserialize is deleted

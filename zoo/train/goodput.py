@@ -21,9 +21,9 @@ or lost, by bucket, in the spirit of MaxText's ml-goodput-measurement:
 goodput = productive / total. Process 0 keeps the running account in <workdir>/goodput.json,
 written at every log line, so a killed run leaves its last one; the next run reads it, adds
 its own, and ends with the whole run's account there (`account()`: wall_s, productive_s,
-goodput, lost_s by bucket, runs), in TensorBoard ('goodput/...') and in one line: `goodput 93.1% of 412 s: compile 2.0%, data_wait 1.4%, ...`.
-summary.json is left to the final eval (equal bit for bit across a resume). The cost per step
-is four clock reads.
+goodput, lost_s by bucket, runs), in TensorBoard ('goodput/...') and in one line:
+`goodput 93.1% of 412 s: compile 2.0%, data_wait 1.4%, ...`. summary.json is left to the final
+eval (equal bit for bit across a resume). The cost per step is four clock reads.
 """
 
 from __future__ import annotations
