@@ -171,7 +171,10 @@ def _watch_peers(client, process_id: int, num_processes: int, every_s: float,
         peer = None if _joined.get("failed") else failed_peer(client, process_id)
         if peer is not None and not exiting.is_set():
             line = peer_failed_message(*peer, process_id, num_processes)
-            if process_id == 0 and num_processes > 2:
+            if process_id == 0:
+                # The service lives here: the failed process is still on its way out (JAX's
+                # shutdown needs the service; without it its agent aborts from C++, and the
+                # others have yet to read the failure).
                 _serve_a_while(client, everyone, line, every_s)
                 line = ""  # printed
             _report_and_exit(line)
