@@ -133,7 +133,7 @@ def train_config(steps: ml_collections.FieldReference) -> ml_collections.ConfigD
             # '' = $JAX_COMPILATION_CACHE_DIR if set, else <workdir>/compile_cache; 'off' = none.
             compilation_cache_dir="",
             compilation_cache_min_compile_secs=0.0,  # keep programs that took at least this
-            # Its bound: least-recently-used entries go beyond it (0 = none).
+            # Its bound: the entries used longest ago go as each run starts (0 = none).
             compilation_cache_max_gb=10.0,
             # Several processes: one that sends no heartbeat for this long is declared lost and
             # every other exits (status 1, one line naming it) for the scheduler to relaunch.

@@ -148,22 +148,41 @@ def test_a_damaged_entry_is_compiled_and_written_again(fresh_cache):
     assert _entries(path)[name] > size // 2  # whole again (its compile time may differ)
 
 
-def test_the_cache_is_bounded_least_recently_used_first(fresh_cache):
-    path = fresh_cache(compilation_cache_max_gb=0)
-    sizes = []
-    for i in range(3):
-        jax.jit(lambda x, i=i: jnp.tanh(x) * (i + 2.5))(jnp.arange(3.0 + i))
-        sizes.append(sum(_entries(path).values()))
-    assert sizes[0] < sizes[1] < sizes[2]  # unbounded: every entry stays
-    # Bounded to about two entries: entries written unbounded get the oldest access time, and
-    # the next writes evict them first.
-    bound = (sizes[2] - sizes[0]) * 1.1
-    fresh_cache(compilation_cache_max_gb=bound / 2**30)
-    assert all(os.path.exists(os.path.join(path, n[:-len("-cache")] + "-atime"))
-               for n in _entries(path))
-    for i in range(3, 6):
-        jax.jit(lambda x, i=i: jnp.tanh(x) * (i + 2.5))(jnp.arange(3.0 + i))
-        assert sum(_entries(path).values()) <= bound
+def _recompile(fn, x):
+    """fn compiled in this process as a new run would: from the persistent cache, if there."""
+    jax.clear_caches()
+    jax_compilation_cache.reset_cache()
+    return jax.jit(fn)(x)
+
+
+def test_the_cache_is_trimmed_least_recently_used_first_as_a_run_starts(fresh_cache):
+    path = fresh_cache(compilation_cache_max_gb=0)  # unbounded
+    programs = [lambda x, i=i: jnp.tanh(x) * (i + 2.5) for i in range(3)]
+    names = []
+    for i, program in enumerate(programs):
+        before = set(_entries(path))
+        jax.jit(program)(np.arange(3.0 + i))  # numpy: no iota program
+        names.append(*(set(_entries(path)) - before))
+        os.utime(os.path.join(path, names[-1]), (1000.0 * (i + 1),) * 2)  # written long ago
+    _recompile(programs[0], np.arange(3.0))  # a later run reads the oldest: now it is in use
+    sizes = _entries(path)
+    # Room for two of the three: the one unused longest (the second) goes.
+    fresh_cache(compilation_cache_max_gb=(sum(sizes.values()) - 1) / 2**30)
+    assert set(_entries(path)) == {names[0], names[2]}
+
+
+def test_a_bounded_cache_keeps_writing_beside_entries_of_unbounded_processes(fresh_cache):
+    path = fresh_cache(compilation_cache_max_gb=1)
+    # Another process on the same cache ($JAX_COMPILATION_CACHE_DIR) with no bound writes its
+    # entries without the access-time files of JAX's eviction. Under that eviction every later
+    # write here failed (FileNotFoundError, a warning) and its program was compiled every run.
+    with open(os.path.join(path, "jit_elsewhere-0123-cache"), "wb") as f:
+        f.write(bytes(64))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jax.jit(lambda x: jnp.cosh(x) * 0.375)(jnp.arange(6.0))
+    assert not [w for w in caught if "compilation cache" in str(w.message)]
+    assert any(n.startswith("jit__lambda") for n in _entries(path))
 
 
 @pytest.mark.parametrize("value", [-1, "10", True])

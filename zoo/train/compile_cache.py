@@ -7,11 +7,14 @@ same kind of machine; a program compiled elsewhere (another mesh, another config
 In a multi-process run only process 0 writes entries; every process reads them.
 
 Two things JAX leaves to its user, done here:
-- A bound (config.train.compilation_cache_max_gb, default 10) on a local cache: JAX's own
-  least-recently-used eviction (jax_compilation_cache_max_size). It keeps an access time
-  beside each entry and reads it for every entry when it evicts; entries written while the
-  cache was unbounded have none, so they are given the oldest one (evicted first) when the
-  bound is set.
+- A bound (config.train.compilation_cache_max_gb, default 10) on a local cache, least recently
+  used first, applied once as each run starts: a read that hits marks its entry used (its
+  modification time), and `enable` deletes the longest-unused entries until the rest fit. A
+  run's own new programs may take the cache past the bound until the next start. Not JAX's
+  eviction (jax_compilation_cache_max_size): it scans and reads every entry's access-time file
+  under a lock on every write, and a write fails outright on an entry another, unbounded
+  process wrote (it has no access-time file): on a shared cache of thousands of entries that
+  cost a tenth of a second per compile and lost entries (CI's numerics tier ran 48 minutes).
 - Repair: JAX reads a damaged entry (a truncated write, a flipped bit), warns, compiles the
   program again, and then writes nothing, because the entry's name is taken: every later run
   warns and compiles again. Here an entry that fails to decompress or deserialize is deleted
@@ -31,7 +34,7 @@ from zoo.errors import ConfigError
 OFF = "off"
 SUBDIR = "compile_cache"
 DEFAULT_MAX_GB = 10.0
-# The names JAX's LRU cache (jax._src.lru_cache) gives an entry and its access time.
+# The names JAX gives an entry and, under its own eviction, the entry's access time.
 _ENTRY, _ACCESS_TIME = "-cache", "-atime"
 
 
@@ -69,18 +72,15 @@ def enable(train_cfg: ml_collections.ConfigDict, workdir: str) -> str | None:
         return None
     if not paths.is_remote(path):
         os.makedirs(path, exist_ok=True)
-    # JAX's eviction locks the directory with a local lock file: on gs:// it would create a
-    # local 'gs:/...' directory and lock nothing across hosts. A bucket bounds its cache with an
-    # object lifecycle rule instead (docs/guides/cloud-storage.md).
-    max_bytes = int(max_gb * 2**30) if max_gb > 0 and not paths.is_remote(path) else -1
+    # A bucket bounds its cache with an object lifecycle rule (docs/guides/cloud-storage.md).
+    if max_gb > 0 and not paths.is_remote(path):
+        _trim(path, int(max_gb * 2**30))
     changed = (jax.config.jax_compilation_cache_dir != path
-               or jax.config.jax_compilation_cache_max_size != max_bytes)
-    if max_bytes > 0:
-        _give_access_times(path)
-    _repair_damaged_entries()
+               or jax.config.jax_compilation_cache_max_size != -1)
+    _wrap_reads()
     jax.config.update("jax_enable_compilation_cache", True)
     jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_compilation_cache_max_size", max_bytes)
+    jax.config.update("jax_compilation_cache_max_size", -1)  # no per-write scan (docstring)
     # JAX's default keeps only programs that took a second to compile; a restart pays for every
     # small one too (eval, predict, init), and they add up.
     jax.config.update("jax_persistent_cache_min_compile_time_secs", float(min_secs))
@@ -93,20 +93,35 @@ def enable(train_cfg: ml_collections.ConfigDict, workdir: str) -> str | None:
     return path
 
 
-def _give_access_times(path: str) -> None:
-    """An access time for every entry without one (written while the cache was unbounded):
-    the oldest, 0, so JAX's eviction, which reads one for every entry, takes them first."""
-    names = set(paths.list_names(path))
-    for name in names:
-        key = name[:-len(_ENTRY)] if name.endswith(_ENTRY) else None
-        if key and key + _ACCESS_TIME not in names:
-            paths.as_path(paths.join(path, key + _ACCESS_TIME)).write_bytes(bytes(8))
+def _trim(path: str, max_bytes: int) -> None:
+    """Deletes the entries used longest ago (oldest modification time) until the rest fit in
+    max_bytes. Another process may be trimming or writing too: a file already gone is skipped."""
+    entries, total = [], 0
+    with os.scandir(path) as found:
+        for entry in found:
+            if entry.name.endswith(_ENTRY):
+                try:
+                    stat = entry.stat()
+                except FileNotFoundError:
+                    continue
+                entries.append((stat.st_mtime, entry.name, stat.st_size))
+                total += stat.st_size
+    for _, name, size in sorted(entries):
+        if total <= max_bytes:
+            break
+        # The access-time file, if JAX's own eviction ever ran on this directory, goes with it.
+        for doomed in (name, name[:-len(_ENTRY)] + _ACCESS_TIME):
+            try:
+                os.unlink(os.path.join(path, doomed))
+            except FileNotFoundError:
+                pass
+        total -= size
 
 
-def _repair_damaged_entries() -> None:
-    """Wraps JAX's cache read (once per process) so that an entry which fails to decompress or
-    deserialize is deleted as it fails (module docstring); JAX then warns, compiles and writes
-    the entry again."""
+def _wrap_reads() -> None:
+    """Wraps JAX's cache read (once per process): a hit on a local cache marks its entry used
+    (for `_trim`), and an entry which fails to decompress or deserialize is deleted as it fails
+    (module docstring); JAX then warns, compiles and writes the entry again."""
     from jax._src import compilation_cache as jax_cache
 
     read = jax_cache.get_executable_and_time
@@ -115,7 +130,7 @@ def _repair_damaged_entries() -> None:
 
     def read_or_delete(cache_key, *args, **kwargs):
         try:
-            return read(cache_key, *args, **kwargs)
+            found = read(cache_key, *args, **kwargs)
         except OSError:
             raise  # the storage, not the entry
         except Exception:
@@ -126,6 +141,13 @@ def _repair_damaged_entries() -> None:
                     if entry.exists():
                         entry.unlink()
             raise
+        directory = jax.config.jax_compilation_cache_dir
+        if found[0] is not None and directory and not paths.is_remote(directory):
+            try:
+                os.utime(os.path.join(directory, cache_key + _ENTRY))
+            except OSError:  # trimmed by another process meanwhile; the program is read
+                pass
+        return found
 
     read_or_delete.zoo_repairs = True
     jax_cache.get_executable_and_time = read_or_delete
