@@ -12,6 +12,8 @@ Faults live here, in the test harness, never in zoo/. KIND is one of:
                ENOSPC on a full disk, while the metrics log stays under the limit.
   hang_step    train step STEP never returns (the host sleeps inside it, as inside a wedged
                collective), after writing <workdir>/HANG_MARKER: the hang watchdog's case.
+  hang_restore (STEP unused, 0) the restore of the latest checkpoint never returns, after
+               writing <workdir>/HANG_MARKER: a phase before the loop, for the watchdog.
   fail_start   (STEP unused, 0) the job fails at once with a ConfigError, before its first
                collective, as for an init_from missing on one host.
   fail_step    train step STEP raises a RuntimeError (a bug), after many collectives.
@@ -100,6 +102,18 @@ def _hang_step(step: int, workdir: str) -> None:
     loop.make_train_step = make_train_step
 
 
+def _hang_restore(step: int, workdir: str) -> None:
+    del step
+    from zoo.train import checkpoint
+
+    def restore(self, *args, **kwargs):
+        _mark(os.path.join(workdir, HANG_MARKER), "restore")
+        while True:
+            time.sleep(3600)
+
+    checkpoint.Checkpointer.restore = restore
+
+
 def _fail_start(step: int, workdir: str) -> None:
     del step
     raise ConfigError(f"config.train.init_from={workdir}/not-on-this-host is not a directory")
@@ -125,7 +139,7 @@ def _fail_step(step: int, workdir: str) -> None:
 
 
 _FAULTS = {"hang_commit": _hang_commit, "file_limit": _file_limit, "hang_step": _hang_step,
-           "fail_start": _fail_start, "fail_step": _fail_step}
+           "hang_restore": _hang_restore, "fail_start": _fail_start, "fail_step": _fail_step}
 
 
 def main(config, workdir):

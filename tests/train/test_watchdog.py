@@ -3,7 +3,9 @@ real train.py processes whose step or checkpoint save hangs (tests/train/fault_l
 each exits 1 with every thread's stack, and the relaunch resumes as if nothing had happened."""
 
 import os
+import shutil
 import subprocess
+import sys
 import time
 
 import ml_collections
@@ -119,6 +121,51 @@ def test_a_real_thread_fires_while_the_main_thread_is_blocked():
     assert fired and fired[0].startswith("step 1 has run 0.")
 
 
+# A phase stuck in native code that keeps the GIL: ctypes.PyDLL calls libc's sleep without
+# releasing it, so no Python thread (the watchdog's own included) runs until it returns.
+_GIL_HOLDING_HANG = """
+import ctypes, ml_collections
+from zoo.train import watchdog
+dog = watchdog.Watchdog(ml_collections.ConfigDict(dict(factor=0, min_s=0, limit_s=1)))
+with dog.phase("step", 3):
+    ctypes.PyDLL(None).sleep(120)
+print("the hang ended by itself")
+"""
+
+
+def test_a_hang_that_holds_the_gil_is_reported_and_exits():
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _GIL_HOLDING_HANG], cwd=gpt_process.ROOT,
+                          capture_output=True, text=True, timeout=90)
+    took = time.monotonic() - started
+    # The Python thread never got the GIL (before the backstop, the process slept the whole
+    # 120 s); faulthandler's C thread fired at limit_s + grace.
+    assert proc.returncode == watchdog_lib.HANG_EXIT_CODE, proc.stderr[-2000:]
+    assert "Timeout (0:00:06)!" in proc.stderr, proc.stderr[-2000:]
+    assert 'File "<string>", line 6' in proc.stderr  # the hung line, in the main thread's stack
+    assert "ended by itself" not in proc.stdout
+    assert took < 1 + watchdog_lib.BACKSTOP_GRACE_S + 30, took  # start-up and a loaded box
+    print(f"GIL-holding hang reported {took:.1f} s after start (limit_s=1)")
+
+
+_QUICK_PHASES_THEN_IDLE = """
+import time, ml_collections
+from zoo.train import watchdog
+dog = watchdog.Watchdog(ml_collections.ConfigDict(dict(factor=0, min_s=0, limit_s=0.5)))
+for step in range(3):
+    with dog.phase("step", step):
+        pass
+time.sleep(0.5 + watchdog.BACKSTOP_GRACE_S + 1)  # between phases: nothing is armed
+print("alive")
+"""
+
+
+def test_a_finished_phase_disarms_the_backstop():
+    proc = subprocess.run([sys.executable, "-c", _QUICK_PHASES_THEN_IDLE], cwd=gpt_process.ROOT,
+                          capture_output=True, text=True, timeout=90)
+    assert proc.returncode == 0 and proc.stdout.strip() == "alive", proc.stderr[-2000:]
+
+
 # Real processes: the acceptance tier (three tiny-GPT runs of a few seconds each, plus compile).
 STEPS, EVERY = 40, 10
 # A healthy tiny-GPT step here takes ~10 ms; a hang is declared at 5 x the median and 3 s.
@@ -176,3 +223,21 @@ def test_hung_checkpoint_commit_is_caught_at_the_next_save(tmp_path):
     print(f"hung save detected {detected_s:.1f} s after the commit hung")
     relaunched = gpt_process.run(workdir, STEPS, 2)
     assert f"starting at step 10 of {STEPS}" in relaunched.stdout
+
+
+@pytest.mark.acceptance
+def test_a_hang_before_the_loop_is_caught_by_the_limit(uninterrupted, tmp_path):
+    # A workdir with checkpoints: the relaunch's restore (a phase before the loop, with no
+    # median to judge it by) hangs; limit_s alone catches it. Before, nothing watched it.
+    workdir = str(tmp_path / "run")
+    shutil.copytree(uninterrupted, workdir)
+    argv = gpt_process.command(workdir, STEPS, EVERY, [LAUNCHER, "--fault=hang_restore:0"])
+    argv += ["--config.train.watchdog.factor=0", "--config.train.watchdog.limit_s=20"]
+    proc = subprocess.run(argv, cwd=gpt_process.ROOT, env=gpt_process.env(),
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    line = next(x for x in proc.stderr.splitlines() if x.startswith("error: hang:"))
+    assert line.startswith("error: hang: restore has run 2"), line
+    assert "past config.train.watchdog.limit_s=20" in line
+    assert "in restore" in proc.stderr  # the main thread's stack ends in the hung restore
+    assert time.time() - os.path.getmtime(os.path.join(workdir, HANG_MARKER)) < 20 + 15

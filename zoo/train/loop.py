@@ -228,51 +228,56 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
     if train_cfg.dry_run:
         return dry_run.report(config, workdir, task_factory, devices)
     account = goodput.Goodput(workdir)
-    setup = build(config, workdir, task_factory, devices)
-    task, batch_sharding = setup.task, setup.batch_sharding
-    train_step, eval_step = make_train_step(setup, config), make_eval_step(setup)
-    predict_step = make_predict_step(setup)
-    schedule = optim.make_schedule(config.optim)
+    # The hang watchdog watches from here: the phases before the loop by limit_s alone; then
+    # each step as the wait for the step before it to finish (the host stays one step ahead of
+    # the device, as the late reads below), each eval and each save.
+    watchdog = watchdog_lib.Watchdog(train_cfg.get("watchdog"))
+    with watchdog.closed_on_error():
+        with watchdog.phase("setup"):  # the model's init, the data and the checkpoints opened
+            setup = build(config, workdir, task_factory, devices)
+            task, batch_sharding = setup.task, setup.batch_sharding
+            train_step, eval_step = make_train_step(setup, config), make_eval_step(setup)
+            predict_step = make_predict_step(setup)
+            schedule = optim.make_schedule(config.optim)
 
-    batches = task.train_batches(jax.process_index(), jax.process_count())
-    checkpointer = Checkpointer(workdir, max_to_keep=train_cfg.keep_checkpoints)
-    # Beside the last N: the single checkpoint with the best eval metric so far.
-    best = (Checkpointer(workdir, max_to_keep=1, subdir="checkpoints_best",
-                         best_metric=train_cfg.best_metric, best_mode=train_cfg.best_mode)
-            if train_cfg.best_metric else None)
-    state = setup.state
-    if checkpointer.latest_step() is not None:
-        with account.timed("restore"):
-            state = checkpointer.restore(state, batches, quarantine=True)
-        account.resumed(int(state.step))
-    elif train_cfg.init_from:
-        with account.timed("restore"):
-            state = init_from.init_params(train_cfg.init_from, state,
-                                          contract.pretrained_subtree(task))
-    with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
-        contract.prepare(task, state.params)
-    start, total = int(state.step), train_cfg.steps
-    writer = metrics_lib.MetricsWriter(workdir, tensorboard=train_cfg.tensorboard)
-    peak = metrics_lib.peak_flops(setup.mesh.devices.flat, train_cfg.peak_flops)
-    progress = metrics_lib.Progress(
-        total, start_step=start, flops_per_token=contract.flops_per_token(task), peak_flops=peak,
-        executed_flops_per_token=_executed_flops_per_token(setup, train_step) if peak else 0.0,
-    )
-    baselines = contract.baselines(task)
-    if jax.process_index() == 0:
-        num_params = sum(x.size for x in jax.tree.leaves(state.params))
-        print(f"{config.task}: {num_params:,} parameters on mesh {dict(setup.mesh.shape)}, "
-              f"starting at step {start} of {total}", flush=True)
-        for name, value in baselines.items():
-            print(f"baseline {name}: {value:.4g}", flush=True)
+            batches = task.train_batches(jax.process_index(), jax.process_count())
+            checkpointer = Checkpointer(workdir, max_to_keep=train_cfg.keep_checkpoints)
+            # Beside the last N: the single checkpoint with the best eval metric so far.
+            best = (Checkpointer(workdir, max_to_keep=1, subdir="checkpoints_best",
+                                 best_metric=train_cfg.best_metric, best_mode=train_cfg.best_mode)
+                    if train_cfg.best_metric else None)
+        state = setup.state
+        if checkpointer.latest_step() is not None:
+            with watchdog.phase("restore"), account.timed("restore"):
+                state = checkpointer.restore(state, batches, quarantine=True)
+            account.resumed(int(state.step))
+        elif train_cfg.init_from:
+            with watchdog.phase("init_from"), account.timed("restore"):
+                state = init_from.init_params(train_cfg.init_from, state,
+                                              contract.pretrained_subtree(task))
+        with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
+            contract.prepare(task, state.params)
+        start, total = int(state.step), train_cfg.steps
+        writer = metrics_lib.MetricsWriter(workdir, tensorboard=train_cfg.tensorboard)
+        peak = metrics_lib.peak_flops(setup.mesh.devices.flat, train_cfg.peak_flops)
+        progress = metrics_lib.Progress(
+            total, start_step=start, flops_per_token=contract.flops_per_token(task),
+            peak_flops=peak,
+            executed_flops_per_token=_executed_flops_per_token(setup, train_step) if peak else 0.0,
+        )
+        with watchdog.phase("baselines"):
+            baselines = contract.baselines(task)
+        if jax.process_index() == 0:
+            num_params = sum(x.size for x in jax.tree.leaves(state.params))
+            print(f"{config.task}: {num_params:,} parameters on mesh {dict(setup.mesh.shape)}, "
+                  f"starting at step {start} of {total}", flush=True)
+            for name, value in baselines.items():
+                print(f"baseline {name}: {value:.4g}", flush=True)
 
     history, summary, saved = [], {}, start
     # Whether a step's metrics can stop the run (and so must be read): see _stop_if_told.
     stops = train_cfg.nonfinite == "stop" or bool(train_cfg.loss_spike.factor)
     unread = []
-    # The hang watchdog times each step as the wait for the step before it to finish (the host
-    # stays one step ahead of the device, as the late reads below), each eval and each save.
-    watchdog = watchdog_lib.Watchdog(train_cfg.get("watchdog"))
     previous_metrics = None
     account.loop_started()
     try:

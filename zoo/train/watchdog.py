@@ -10,10 +10,15 @@ config.train.watchdog (configs/common.py):
   min_s    the factor rule never fires below this many seconds (tiny steps jitter).
   limit_s  fire when any phase runs this long, the first step's compile included. 0 = off.
 The timer is a daemon thread: it fires while the main thread is blocked inside XLA or a
-collective, where a Python signal handler would never run.
+collective, where a Python signal handler would never run. A Python thread still needs the GIL,
+which a thread stuck in native code may hold (a C extension that never releases it): then the
+backstop speaks, faulthandler's watchdog, a C thread armed for each phase at the moment the
+rules above would fire plus BACKSTOP_GRACE_S. It needs no GIL: it writes `Timeout (h:mm:ss)!`
+and every thread's stack to stderr and exits the process with status 1.
 """
 
 import collections
+import contextlib
 import faulthandler
 import os
 import statistics
@@ -25,7 +30,9 @@ from zoo.errors import ConfigError
 from zoo.train import lost_hosts
 
 WINDOW, MIN_SAMPLES = 50, 5
-HANG_EXIT_CODE = 1
+HANG_EXIT_CODE = 1  # faulthandler's backstop exits with 1 too
+# How long the backstop lets the Python thread (which says why in words) go first.
+BACKSTOP_GRACE_S = 5.0
 
 
 def validate(cfg) -> tuple[float, float, float]:
@@ -44,7 +51,8 @@ def validate(cfg) -> tuple[float, float, float]:
 
 
 class Watchdog:
-    """`with watchdog.phase("step", 57): ...` around each step, eval and save."""
+    """`with watchdog.phase("step", 57): ...` around each step, eval and save, and around each
+    phase before the loop (`with watchdog.phase("restore"): ...`)."""
 
     def __init__(self, cfg, poll_s: float = 0.5, clock=time.monotonic, on_hang=None):
         self.factor, self.min_s, self.limit_s = validate(cfg)
@@ -55,6 +63,8 @@ class Watchdog:
         self._on_hang = on_hang or _dump_and_exit
         self._stop = threading.Event()
         self._thread = None
+        # Only the real reaction gets the backstop: a test's on_hang must not be outrun by an exit.
+        self._backstop = on_hang is None
         if self.factor or self.limit_s:
             self._thread = threading.Thread(target=self._watch, name="zoo-hang-watchdog",
                                             daemon=True)
@@ -64,19 +74,36 @@ class Watchdog:
     def active(self) -> bool:
         return self._thread is not None
 
-    def phase(self, kind: str, step: int):
+    def phase(self, kind: str, step: int | None = None):
+        """A phase of `kind` (its own median) at `step`; None for one before the loop (building
+        the task, restore, init_from), which limit_s alone judges."""
         return _Phase(self, kind, step)
 
     def _begin(self, kind, step):
         with self._lock:
             self._current = (kind, step, self._clock())
+            allowed = self.allowed_s(kind)
+        if allowed is not None and self._backstop and not self._stop.is_set():
+            # fd 2, not sys.stderr: a stand-in (pytest's capsys, a notebook) may have no fd.
+            faulthandler.dump_traceback_later(allowed + BACKSTOP_GRACE_S, exit=True, file=2)
 
     def _end(self):
+        if self._backstop:
+            faulthandler.cancel_dump_traceback_later()
         with self._lock:
             if self._current is not None:
                 kind, _, started = self._current
                 self._history[kind].append(self._clock() - started)
                 self._current = None
+
+    def allowed_s(self, kind: str) -> float | None:
+        """How long a phase of `kind` may run before a rule fires (None: no rule applies yet).
+        Call with the lock held."""
+        bounds = [self.limit_s] if self.limit_s else []
+        history = self._history[kind]
+        if self.factor and len(history) >= MIN_SAMPLES:
+            bounds.append(max(self.factor * statistics.median(history), self.min_s))
+        return min(bounds) if bounds else None
 
     def overdue(self) -> str | None:
         """Why the phase in progress is a hang, or None."""
@@ -86,7 +113,7 @@ class Watchdog:
             kind, step, started = self._current
             elapsed = self._clock() - started
             history = list(self._history[kind])
-        what = f"{kind} {step} has run {elapsed:.1f} s"
+        what = f"{kind}{'' if step is None else f' {step}'} has run {elapsed:.1f} s"
         if self.limit_s and elapsed > self.limit_s:
             return f"{what}, past config.train.watchdog.limit_s={self.limit_s:g}"
         if self.factor and len(history) >= MIN_SAMPLES:
@@ -104,8 +131,19 @@ class Watchdog:
                 self._on_hang(reason)
                 return
 
+    @contextlib.contextmanager
+    def closed_on_error(self):
+        """Closes the watchdog if the block raises (its caller closes it otherwise)."""
+        try:
+            yield
+        except BaseException:
+            self.close()
+            raise
+
     def close(self):
         self._stop.set()
+        if self._backstop:
+            faulthandler.cancel_dump_traceback_later()
 
 
 class _Phase:
@@ -120,6 +158,7 @@ class _Phase:
 
 
 def _dump_and_exit(reason: str) -> None:
+    faulthandler.cancel_dump_traceback_later()  # this thread says it, in words
     sys.stdout.flush()
     print(f"error: hang: {reason}; every thread's stack follows, then this process exits "
           "(status 1) so that the job is restarted; rerun the same command to resume from "
