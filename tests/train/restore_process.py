@@ -13,6 +13,8 @@ Faults (test harness only, never in zoo/): ZOO_TEST_RESTORE_FAULT=KIND:PROCESS, 
            written (its CRC-32 differs there only: a bad disk or a stale cache of one host)
   sigint   that process gets a real SIGINT (Ctrl-C on its terminal only) during the array
            read of the restore: Python raises KeyboardInterrupt inside the read
+  unlisted that process's listing of the checkpoints lacks the newest step (a workdir on a
+           disk that is not shared by every host; a listing taken as the save was committed)
 A restore prints 'RESTORED <value of params.b[0]>' (the step that was saved).
 """
 
@@ -86,6 +88,10 @@ def _inject(kind: str, process: int) -> None:
             return f"{int(real, 16) ^ 1:08x}" if newest in str(path) else real
 
         checksums._crc32 = misread
+    elif kind == "unlisted":
+        all_steps = ocp.CheckpointManager.all_steps
+        ocp.CheckpointManager.all_steps = lambda self, *a, **k: [
+            s for s in all_steps(self, *a, **k) if s != NEWEST]
     else:
         raise ValueError(f"ZOO_TEST_RESTORE_FAULT kind {kind!r}")
 

@@ -246,3 +246,15 @@ def test_ctrl_c_in_one_process_restore_stops_both(saved_by_two):
     assert ("CheckpointRestoreError: process 1 of 2 could not restore checkpoint step 4"
             in out0 and "KeyboardInterrupt" in out0), out0[-3000:]
     assert file_tree(saved_by_two) == before
+
+
+def test_processes_listing_different_steps_stop_naming_both(saved_by_two):
+    # Before: process 1, not seeing step 4, restored step 2 while process 0 restored step 4,
+    # and both went on (each printed its own RESTORED) with a state of mixed steps.
+    before = file_tree(saved_by_two)
+    for code, out in _job("restore", saved_by_two, fault="unlisted:1"):
+        assert code != 0 and "RESTORED" not in out, out[-3000:]
+        assert ("the processes see different checkpoints in "
+                f"{os.path.join(saved_by_two, 'checkpoints')}: process 0 lists 2 step(s), the "
+                "newest 4; process 1 lists 1 step(s), the newest 2") in out, out[-3000:]
+    assert file_tree(saved_by_two) == before

@@ -19,6 +19,7 @@ from zoo import paths
 from zoo.errors import ConfigError, DataError, MissingFileError, UserError
 from zoo.train import checkpoint_failures, checksums
 from zoo.train import restore_verdicts as verdicts
+from zoo.train.restore_verdicts import CheckpointRestoreError
 from zoo.train.data_position import read_position, set_position
 from zoo.train.checkpoint_failures import CheckpointWriteError, first_line
 
@@ -34,11 +35,6 @@ class CheckpointMismatchError(UserError, ValueError):
 class CorruptCheckpointError(UserError, RuntimeError):
     """No checkpoint in the directory could be read (each is named; the message says to move
     the directory away and start over)."""
-
-
-class CheckpointRestoreError(RuntimeError):
-    """Another process could not restore the checkpoint (its own log has the traceback); this
-    process stops with it, so every process makes the same decision."""
 
 
 def _warn(message: str) -> None:
@@ -123,7 +119,14 @@ class Checkpointer:
         )
 
     def latest_step(self) -> int | None:
+        """This process's newest listed step (for messages; decisions use `agreed_steps`)."""
         return self._manager.latest_step()
+
+    def agreed_steps(self) -> list[int]:
+        """The saved steps, newest first, the same on every process (restore_verdicts.
+        agreed_steps: else an error naming two that differ). Every process must call it."""
+        return verdicts.agreed_steps(sorted(self._manager.all_steps(), reverse=True),
+                                     self.directory)
 
     def best_value(self) -> float | None:
         """The best recorded value of best_metric, or None before the first save."""
@@ -224,7 +227,7 @@ class Checkpointer:
         sends all back to the older step, one process's error stops all (the others raise
         CheckpointRestoreError naming it).
         """
-        steps = sorted(self._manager.all_steps(), reverse=True) if step is None else [step]
+        steps = self.agreed_steps() if step is None else [step]
         if not steps:
             raise MissingFileError(
                 f"no checkpoint in {self.directory}; train first (train.py --workdir=...)"
@@ -388,7 +391,8 @@ class Checkpointer:
         from zoo.models import config_checks  # which config key shapes which parameter
 
         where = source or f"the params in {self.directory}"
-        step = self.latest_step() if step is None else step
+        if step is None:
+            step = next(iter(self.agreed_steps()), None)
         if step is None:
             raise MissingFileError(f"{where}: no checkpoint in {self.directory} to initialise "
                                    "from; point it at the workdir of a finished run")

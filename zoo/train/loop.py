@@ -247,7 +247,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
                                  best_metric=train_cfg.best_metric, best_mode=train_cfg.best_mode)
                     if train_cfg.best_metric else None)
         state = setup.state
-        if checkpointer.latest_step() is not None:
+        if checkpointer.agreed_steps():  # every process restores, or none
             with watchdog.phase("restore"), account.timed("restore"):
                 state = checkpointer.restore(state, batches, quarantine=True)
             account.resumed(int(state.step))

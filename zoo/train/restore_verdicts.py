@@ -9,6 +9,7 @@ uses both).
 """
 
 import json
+import zlib
 from collections.abc import Callable
 
 import jax
@@ -16,7 +17,18 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from zoo import retry
+from zoo.errors import UserError
 from zoo.train.checkpoint_failures import first_line
+
+
+class CheckpointRestoreError(RuntimeError):
+    """Another process could not restore the checkpoint (its own log has the traceback), or
+    the processes list different checkpoints; this process stops with it, so every process
+    makes the same decision."""
+
+
+class StepsDisagreeError(UserError, CheckpointRestoreError):
+    """The processes list different saved steps (agreed_steps)."""
 
 
 class Unreadable(Exception):
@@ -104,3 +116,28 @@ def agree(code: int, reason: str) -> tuple[int, int, str]:
     process = int(np.argmax(every[:, 0] == worst))
     text = every[process, 1:].tobytes().rstrip(b"\0").decode(errors="replace")
     return worst, process, text
+
+
+def agreed_steps(steps: list[int], directory: str) -> list[int]:
+    """`steps` (this process's listing of `directory`, newest first) when every process lists
+    the same, else StepsDisagreeError naming two that differ (a workdir on a disk not
+    shared by every host, a listing taken as a save was committed): each would otherwise
+    restore (or start from) another step, and the run would go on mixing their shards."""
+    if jax.process_count() == 1:
+        return steps
+    listed = np.array([len(steps), steps[0] if steps else -1,
+                       zlib.crc32(repr(steps).encode()) & 0x7FFFFFFF], np.int32)
+    every = np.asarray(multihost_utils.process_allgather(listed))
+    other = next((p for p in range(len(every)) if (every[p] != every[0]).any()), None)
+    if other is None:
+        return steps
+
+    def sees(p):
+        count, newest, _ = every[p]
+        return f"process {p} lists {count} step(s), the newest {newest}" if count else \
+            f"process {p} lists none"
+
+    raise StepsDisagreeError(
+        f"the processes see different checkpoints in {directory}: {sees(0)}; {sees(other)}. "
+        "Every process must restore the same step: keep the workdir where every host sees the "
+        "same files (a bucket or a shared file system) and run again")
