@@ -266,7 +266,9 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
             executed_flops_per_token=_executed_flops_per_token(setup, train_step) if peak else 0.0,
         )
         with watchdog.phase("baselines"):
-            baselines = contract.baselines(task)
+            # Only process 0 prints them and writes summary.json: the others do not read the
+            # whole validation split for them (mlm_nsp's baselines read every row).
+            baselines = contract.baselines(task) if jax.process_index() == 0 else {}
         if jax.process_index() == 0:
             num_params = sum(x.size for x in jax.tree.leaves(state.params))
             print(f"{config.task}: {num_params:,} parameters on mesh {dict(setup.mesh.shape)}, "
