@@ -5,11 +5,16 @@ bound with one clear error."""
 
 import dataclasses
 import logging
+import os
+import subprocess
+import sys
 import time
 
 import pytest
 
 from zoo import errors, paths, retry
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def HttpError(response):  # noqa: N802 - gcsfs's, imported late: gcsfs reads its settings
@@ -171,6 +176,42 @@ def test_a_bucket_that_never_answers_is_given_up_within_the_budget(gcs_knobs, gc
     silent = [r for r in gcs_knobs.requests(mark) if r["fault"] == "silent"]
     assert len(silent) == GCSFS_TRIES  # each of gcsfs's tries timed out, and zoo gave up
     gcsfs.GCSFileSystem.clear_instance_cache()  # the next test's instances: the default again
+
+
+# A tensorstore read (orbax's arrays) as a process reads it once zoo has seen a gs:// path.
+_TENSORSTORE_READ = """
+import sys, time
+from zoo import paths
+paths.is_remote(sys.argv[1])  # zoo's request settings, set at the first gs:// path
+import tensorstore as ts
+from orbax.checkpoint._src.serialization import tensorstore_utils
+context = tensorstore_utils.get_ts_context(use_ocdbt=False)  # what orbax reads with
+bucket, _, name = sys.argv[1][len("gs://"):].partition("/")
+store = ts.KvStore.open({"driver": "gcs", "bucket": bucket}, context=context).result()
+started = time.monotonic()
+try:
+    store.read(name).result()
+    print("read")
+except Exception as e:
+    print(f"gave up after {time.monotonic() - started:.0f} s: {str(e)[:300]}")
+"""
+
+
+def test_a_tensorstore_read_of_a_silent_bucket_is_given_up(gcs_knobs, gcs_bucket):
+    """Before, tensorstore's requests had no timeout (a read of an endpoint that never answers
+    waited forever: this test's 120 s), and 32 retries waiting up to 32 s each."""
+    target = f"{gcs_bucket}/run/checkpoints/4/state/manifest.ocdbt"
+    paths.write_atomic(target, "x")
+    gcs_knobs.fail("silent", count=1000, op="read")
+    mark = gcs_knobs.mark()
+    proc = subprocess.run([sys.executable, "-c", _TENSORSTORE_READ, target], cwd=ROOT,
+                          env=dict(os.environ, **{paths.REQUEST_TIMEOUT_ENV: "1"}),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.startswith("gave up after "), (proc.stdout, proc.stderr[-2000:])
+    silent = [r for r in gcs_knobs.requests(mark) if r["fault"] == "silent"]
+    # 1 + max_retries requests of 1 s each, the waits between them (1, 2, 4, 8, 8 s) between.
+    assert len(silent) == 1 + paths.TENSORSTORE_RETRIES["max_retries"], silent
+    assert int(proc.stdout.split()[3]) < 6 + 23 + 15, proc.stdout
 
 
 def test_a_bad_request_timeout_names_the_variable(monkeypatch):

@@ -44,6 +44,11 @@ PathLike = str | os.PathLike
 # against an endpoint that takes the connection and never answers, a read waited forever.
 REQUEST_TIMEOUT_ENV, DEFAULT_REQUEST_TIMEOUT_S = "ZOO_GCS_REQUEST_TIMEOUT_S", 20.0
 _request_timeout_set = False
+# Tensorstore's (orbax's array reads and writes) retries of one request: gcsfs's 6 tries, with
+# waits of 1, 2, 4, 8, 8 s. Its own default is 32 retries with waits growing to 32 s: a silent
+# bucket held a checkpoint restore ~18 minutes per zoo attempt (measured on the test server).
+TENSORSTORE_RETRIES = {"max_retries": 5, "initial_delay": "1s", "max_delay": "8s"}
+_TENSORSTORE_SET_BY_ZOO = "ZOO_TENSORSTORE_SET"
 
 
 def is_remote(path: PathLike) -> bool:
@@ -68,16 +73,37 @@ def request_timeout_s() -> float:
 
 
 def _set_request_timeout() -> None:
-    """gcsfs's requests_timeout for every gs:// filesystem made from now on: aiohttp's
-    connect and read timeouts (not a total, which would cut a long download short). Set at
-    the first gs:// path, so a local run never imports aiohttp."""
+    """The request timeout for every gs:// client made from now on, set at the first gs://
+    path (so a local run never imports aiohttp):
+    - gcsfs's requests_timeout: aiohttp's connect and read timeouts (not a total, which would
+      cut a long download short);
+    - tensorstore's curl transport (read from the environment when it is first made): the
+      connect timeout, and a transfer below 1 byte/s for that long is abandoned; its retries
+      bounded (TENSORSTORE_RETRIES) in the context orbax gives every array read and write.
+    An environment variable the user set is left as it is."""
     global _request_timeout_set
     import aiohttp
+    from orbax.checkpoint._src.serialization import tensorstore_utils
 
     seconds = request_timeout_s()
     timeout = aiohttp.ClientTimeout(sock_connect=seconds, sock_read=seconds)
     for protocol in ("gs", "gcs"):
         fsspec.config.conf[protocol]["requests_timeout"] = timeout
+    whole = str(max(1, round(seconds)))
+    # A process zoo starts inherits what zoo set here; its own timeout must win over that,
+    # but not over a value the user set: the names zoo set are listed beside them.
+    ours = set(filter(None, os.environ.get(_TENSORSTORE_SET_BY_ZOO, "").split(",")))
+    for name, value in (("TENSORSTORE_CURL_CONNECT_TIMEOUT_SECONDS", whole),
+                        ("TENSORSTORE_CURL_LOW_SPEED_TIME_SECONDS", whole),
+                        ("TENSORSTORE_CURL_LOW_SPEED_LIMIT_BYTES", "1")):
+        if name not in os.environ or name in ours:
+            os.environ[name] = value
+            ours.add(name)
+    os.environ[_TENSORSTORE_SET_BY_ZOO] = ",".join(sorted(ours))
+    # orbax copies these dicts into a new tensorstore context for each read and write.
+    for context in (tensorstore_utils._BASE_TS_CONTEXT,
+                    tensorstore_utils._DEFAULT_OCDBT_TS_CONTEXT):
+        context.setdefault("gcs_request_retries", dict(TENSORSTORE_RETRIES))
     _request_timeout_set = True
 
 
