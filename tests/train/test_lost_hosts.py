@@ -114,3 +114,23 @@ def test_a_survivor_of_a_lost_coordinator_names_it_itself(tmp_path):
     assert code == 1, (code, text[-3000:])
     assert "process 1 of 2: aborted from C++" in text, text[-3000:]
     assert "error: lost process 0 of 2 (the coordinator): process 1 " in text, text[-3000:]
+
+
+# An abort after the interpreter is finalized: glibc's C-level atexit (__cxa_atexit) runs in
+# exit(), after Python's own exit handlers and finalization.
+_ABORT_AFTER_SHUTDOWN = """
+import ctypes, threading
+from zoo.train import abort_hold
+abort_hold.install(5.0, threading.Event(), 1, 2, None, print)
+libc = ctypes.CDLL(None)
+libc.__cxa_atexit.argtypes = [ctypes.c_void_p] * 3
+libc.__cxa_atexit(ctypes.cast(libc.abort, ctypes.c_void_p), None, None)
+"""
+
+
+def test_an_abort_after_the_interpreter_is_gone_exits_as_an_abort():
+    # Before: the held abort's handler (Python, through ctypes) ran on a finalized interpreter
+    # and the process died of a segfault (exit 139), not the abort.
+    proc = subprocess.run([sys.executable, "-c", _ABORT_AFTER_SHUTDOWN], cwd=multihost.ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGABRT, (proc.returncode, proc.stderr[-2000:])

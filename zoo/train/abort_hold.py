@@ -30,6 +30,7 @@ every held abort seen here sat in device_get); a thread that kept it while waiti
 aborting one would turn the abort into a hang instead, which no Python watchdog could end.
 """
 
+import atexit
 import ctypes
 import faulthandler
 import os
@@ -89,3 +90,12 @@ def install(hold_s: float, exiting: threading.Event, process_id: int, num_proces
 
     _installed = _SIGNAL_HANDLER(held)
     libc.signal(signal.SIGABRT, ctypes.cast(_installed, ctypes.c_void_p))
+    # The handler is Python: once the interpreter is finalized it cannot run, and an abort
+    # from then on (a C++ destructor, a C atexit) jumped into freed code: exit 139, a segfault,
+    # instead of the abort. Python's own atexit (still a live interpreter) hands SIGABRT back.
+    atexit.register(uninstall)
+
+
+def uninstall() -> None:
+    """SIGABRT back to its default: an abort from here on ends the process at once."""
+    _libc().signal(signal.SIGABRT, signal.SIG_DFL)
