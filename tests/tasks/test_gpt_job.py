@@ -1,5 +1,6 @@
 """The GPT job from the command line, as a user runs it: train.py then eval.py."""
 
+import itertools
 import json
 import os
 import subprocess
@@ -49,7 +50,9 @@ def test_training_prints_progress_and_loss_falls(trained):
     # the model learned the corpus's structure, not just word frequencies.
     assert summary["perplexity"] < summary["unigram_perplexity"] / 3
     # It ends by sampling text from the trained model (config.sample.num=3 by default).
-    samples = stdout.split("samples:\n", 1)[1].splitlines()
+    # The indented lines under "samples:" (the run's goodput line follows them).
+    samples = list(itertools.takewhile(lambda line: line.startswith("  "),
+                                       stdout.split("samples:\n", 1)[1].splitlines()))
     assert len(samples) == 3 and all(len(line.split()) >= 3 for line in samples)
 
 

@@ -1,6 +1,7 @@
 """Translation through the one loop: synthetic, file and TFDS data; greedy and beam decoding;
 BLEU / ROUGE / perplexity with the output files; eval.py reproduces them."""
 
+import itertools
 import json
 import os
 
@@ -141,7 +142,9 @@ def test_tiny_synthetic_task_reaches_bleu_90_from_the_command_line(tmp_path):
     summary = json.load(open(workdir / "summary.json"))
     assert summary["bleu"] >= 90.0, summary
     assert "BLEU = " in proc.stdout and "tok:13a|smooth:exp" in proc.stdout
-    samples = proc.stdout.split("samples:\n", 1)[1].splitlines()
+    # The indented lines under "samples:" (the run's goodput line follows them).
+    samples = list(itertools.takewhile(lambda line: line.startswith("  "),
+                                       proc.stdout.split("samples:\n", 1)[1].splitlines()))
     assert len(samples) == 3 and all(" -> " in s and "(reference: " in s for s in samples)
     # The Transformer course slides' worked examples, translated by the trained model from the
     # command line that decodes a user's sentence: "一加三" is a training pair; "二十三减四十五" is in no
