@@ -82,7 +82,7 @@ class Watchdog:
     def _begin(self, kind, step):
         with self._lock:
             self._current = (kind, step, self._clock())
-            allowed = self.allowed_s(kind)
+            allowed = self._allowed_s(kind)
         if allowed is not None and self._backstop and not self._stop.is_set():
             # fd 2, not sys.stderr: a stand-in (pytest's capsys, a notebook) may have no fd.
             faulthandler.dump_traceback_later(allowed + BACKSTOP_GRACE_S, exit=True, file=2)
@@ -96,13 +96,18 @@ class Watchdog:
                 self._history[kind].append(self._clock() - started)
                 self._current = None
 
-    def allowed_s(self, kind: str) -> float | None:
+    def _factor_bound_s(self, history) -> float | None:
+        """The factor rule's bound for a phase whose kind took `history` (None: off, or too
+        few samples yet): the one threshold both the Python thread and the backstop use."""
+        if not self.factor or len(history) < MIN_SAMPLES:
+            return None
+        return max(self.factor * statistics.median(history), self.min_s)
+
+    def _allowed_s(self, kind: str) -> float | None:
         """How long a phase of `kind` may run before a rule fires (None: no rule applies yet).
         Call with the lock held."""
-        bounds = [self.limit_s] if self.limit_s else []
-        history = self._history[kind]
-        if self.factor and len(history) >= MIN_SAMPLES:
-            bounds.append(max(self.factor * statistics.median(history), self.min_s))
+        bounds = [b for b in (self.limit_s or None, self._factor_bound_s(self._history[kind]))
+                  if b is not None]
         return min(bounds) if bounds else None
 
     def overdue(self) -> str | None:
@@ -116,12 +121,12 @@ class Watchdog:
         what = f"{kind}{'' if step is None else f' {step}'} has run {elapsed:.1f} s"
         if self.limit_s and elapsed > self.limit_s:
             return f"{what}, past config.train.watchdog.limit_s={self.limit_s:g}"
-        if self.factor and len(history) >= MIN_SAMPLES:
+        bound = self._factor_bound_s(history)
+        if bound is not None and elapsed > bound:
             median = statistics.median(history)
-            if elapsed > max(self.factor * median, self.min_s):
-                return (f"{what}, {elapsed / median:.0f} x the median {median:.3g} s of the last "
-                        f"{len(history)} {kind}s (config.train.watchdog.factor="
-                        f"{self.factor:g}, min_s={self.min_s:g})")
+            return (f"{what}, {elapsed / median:.0f} x the median {median:.3g} s of the last "
+                    f"{len(history)} {kind}s (config.train.watchdog.factor="
+                    f"{self.factor:g}, min_s={self.min_s:g})")
         return None
 
     def _watch(self):
