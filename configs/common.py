@@ -127,6 +127,9 @@ def train_config(steps: ml_collections.FieldReference) -> ml_collections.ConfigD
             # checkpoint, or a Hugging Face / google-research/bert checkpoint directory.
             init_from="",
             seed=0,
+            # Dropout's random bits: 'auto' (threefry on a CPU, rbg on GPUs and TPUs),
+            # 'threefry', 'rbg' or 'unsafe_rbg' (zoo.train.dropout_rng says why).
+            dropout_rng="auto",
             label_smoothing=0.0,
             tensorboard=True,
             # Compiled programs kept across restarts (zoo.train.compile_cache): local or gs://;

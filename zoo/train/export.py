@@ -41,7 +41,7 @@ def export_train_step(task, config: ml_collections.ConfigDict, platforms: Sequen
     Raises:
       ConfigError: a parameter or the batch does not divide over the mesh (naming it).
     """
-    train_step, args = program.abstract_train_step(task, config, mesh)
+    train_step, args = program.abstract_train_step(task, config, mesh, tuple(platforms))
     with program.lowering_context(config, mesh):
         return jax.export.export(train_step, platforms=tuple(platforms),
                                  disabled_checks=[_TRITON])(*args)

@@ -24,6 +24,7 @@ from zoo.errors import ConfigError, UserError
 from zoo.train import metrics as metrics_lib
 from zoo.train import (compile_cache, contract, dry_run, flops, goodput, init_from, optim,
                        partitioning, program, recipe, step)
+from zoo.train import dropout_rng
 from zoo.train import watchdog as watchdog_lib
 from zoo.train.checkpoint import Checkpointer
 from zoo.train.state import TrainState
@@ -144,7 +145,7 @@ def build(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFac
 
 def make_train_step(setup: Setup, config: ml_collections.ConfigDict):
     return program.jit_train_step(setup.task, setup.optimizer, config, setup.state_sharding,
-                                  setup.batch_sharding)
+                                  setup.batch_sharding, dropout_rng.mesh_platforms(setup.mesh))
 
 
 def make_eval_step(setup: Setup):

@@ -17,7 +17,7 @@ import jax
 import ml_collections
 import optax
 
-from zoo.train import contract, optim, partitioning, step
+from zoo.train import contract, dropout_rng, optim, partitioning, step
 from zoo.train.state import TrainState
 
 
@@ -36,11 +36,15 @@ def init_state_fn(task, optimizer: optax.GradientTransformation) -> Callable[[ja
 
 
 def jit_train_step(task, optimizer: optax.GradientTransformation,
-                   config: ml_collections.ConfigDict, state_sharding, batch_sharding):
-    """The jitted train_step(state, batch) -> (state, metrics) every caller uses."""
+                   config: ml_collections.ConfigDict, state_sharding, batch_sharding,
+                   platforms: tuple[str, ...]):
+    """The jitted train_step(state, batch) -> (state, metrics) every caller uses, built for
+    `platforms` (they choose dropout's generator: zoo.train.dropout_rng)."""
     return jax.jit(
-        step.make_train_step(task.loss_fn, optimizer, config.train.grad_accum_steps,
-                             step.spike_guard(config.train.loss_spike)),
+        step.make_train_step(
+            task.loss_fn, optimizer, config.train.grad_accum_steps,
+            step.spike_guard(config.train.loss_spike),
+            dropout_generator=dropout_rng.generator(config.train.dropout_rng, platforms)),
         in_shardings=(state_sharding, batch_sharding),
         out_shardings=(state_sharding, None),
         donate_argnums=0,  # the old state's buffers are reused for the new one
@@ -54,9 +58,12 @@ def mesh_context(mesh) -> contextlib.AbstractContextManager:
     return jax.set_mesh(mesh)
 
 
-def abstract_train_step(task, config: ml_collections.ConfigDict, mesh):
+def abstract_train_step(task, config: ml_collections.ConfigDict, mesh,
+                        platforms: tuple[str, ...] | None = None):
     """The job's jitted train step and abstract arguments for it on `mesh`: shapes, dtypes
     and shardings only, so a model too big for this machine is never allocated.
+
+    `platforms`: what the step is built for; None = the devices of `mesh` (a concrete mesh).
 
     Returns:
       (train_step, (state, batch)) where state and batch are ShapeDtypeStructs carrying their
@@ -83,7 +90,9 @@ def abstract_train_step(task, config: ml_collections.ConfigDict, mesh):
     def spec(x, sharding):
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
 
-    train_step = jit_train_step(task, optimizer, config, shardings, batch_sharding)
+    if platforms is None:
+        platforms = dropout_rng.mesh_platforms(mesh)
+    train_step = jit_train_step(task, optimizer, config, shardings, batch_sharding, platforms)
     return train_step, (jax.tree.map(spec, state, shardings),
                         jax.tree.map(lambda x: spec(x, batch_sharding), batch))
 

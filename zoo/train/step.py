@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import optax
 
 from zoo.errors import ConfigError
+from zoo.train import dropout_rng
 from zoo.train.state import LossStats, TrainState
 
 LossFn = Callable[..., dict[str, jax.Array]]
@@ -87,6 +88,7 @@ def make_train_step(
     optimizer: optax.GradientTransformation,
     grad_accum_steps: int = 1,
     spike_guard: SpikeGuard | None = None,
+    dropout_generator: str = "threefry",
 ):
     """Builds train_step(state, batch) -> (state, metrics).
 
@@ -94,7 +96,8 @@ def make_train_step(
       grad_accum_steps: split the global batch into this many micro-batches run sequentially
         (lax.scan), so activations for only B/k rows are live at once.
 
-          spike_guard: also skip the update when the loss spikes (see SpikeGuard); None = off.
+      spike_guard: also skip the update when the loss spikes (see SpikeGuard); None = off.
+      dropout_generator: what draws each step's dropout masks (zoo.train.dropout_rng).
 
     When the loss or any gradient is NaN/Inf the update is not applied (params and optimizer
     state stay as they were) and metrics['nonfinite'] is 1; whether training then carries on
@@ -113,7 +116,7 @@ def make_train_step(
         return grads, sums
 
     def train_step(state: TrainState, batch: dict[str, jax.Array]):
-        rng = jax.random.fold_in(state.rng, state.step)
+        rng = dropout_rng.step_key(state.rng, state.step, dropout_generator)
         if grad_accum_steps == 1:
             grads, sums = sum_grads(state.params, batch, rng)
         else:
