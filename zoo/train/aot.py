@@ -41,6 +41,7 @@ class CompiledStep:
     collectives: list[collectives_lib.Collective]
     compile_seconds: float
     hlo: str  # the partitioned per-device program
+    bytes_accessed: float = 0.0  # the compiler's cost analysis: HBM bytes read and written
 
     @property
     def total_bytes(self) -> float:
@@ -101,6 +102,7 @@ def compile_train_step(task, config: ml_collections.ConfigDict,
         executed = flops_lib.count_jaxpr(traced.jaxpr)
     seconds = time.perf_counter() - began
     memory = compiled.memory_analysis()
+    cost = compiled.cost_analysis() or {}
     hlo = compiled.as_text()
     return CompiledStep(
         slice=tpu_slice, mesh_shape=dict(mesh.shape),
@@ -111,7 +113,7 @@ def compile_train_step(task, config: ml_collections.ConfigDict,
         executed_flops=executed / mesh.size,
         model_flops=contract.flops_per_token(task) * task.tokens_per_batch() / mesh.size,
         collectives=collectives_lib.collectives(hlo),
-        compile_seconds=seconds, hlo=hlo)
+        compile_seconds=seconds, hlo=hlo, bytes_accessed=float(cost.get("bytes accessed", 0.0)))
 
 
 @contextlib.contextmanager
