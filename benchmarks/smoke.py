@@ -4,6 +4,8 @@
     python -m benchmarks.smoke                      # on the accelerator: every stage
     python -m benchmarks.smoke --stages scaling     # the stages a first call left out
     python -m benchmarks.smoke --allow-cpu --tiny   # the suite's own check, on a CPU
+    python -m benchmarks.smoke --tune               # the tuning sweep (benchmarks.tune)
+    python -m benchmarks.smoke --tune --allow-cpu --tiny
 
 Stages, in order (each a `python -m` child process with its own time limit, so a kernel that
 crashes or hangs costs its stage and not the suite; all of them write into the same results
@@ -19,6 +21,10 @@ directory, benchmarks/results/<machine>/ unless --out):
   lstm       our LSTM (and torch.nn.LSTM where the parity extra has a GPU build) at n 512, d 1024
   scaling    benchmarks.scaling --full on a small grid: time and memory over n, the OOM search
              and the longest-n search
+
+With --tune the stages are instead benchmarks.tune's sweep: tune-bert and tune-gpt (batch,
+attention backend, remat, dropout's generator, then HF PyTorch's step at the kept batch) and
+tune-xla (each model's best trial under MaxText's XLA GPU flags); tune.{jsonl,md}.
 
 When the budget (--budget-s) cannot hold a stage's limit, the stage is skipped and named in the
 summary, to be run by a second call with --stages. smoke.json (each stage's command, status,
@@ -102,7 +108,26 @@ TINY = (
                                             "attention_blockwise", "lstm", "--repeats", "1",
                                             "--no-oom", "--no-length"), 120),
 )
-STAGE_NAMES = tuple(s.name for s in ACCELERATOR)
+# --tune: benchmarks.tune's sweep in one 10-minute call. Each model's sweep (batch, attention
+# backend, remat, dropout's generator, then HF PyTorch's step) is a process of its own; XLA
+# flags act per process, so the last stage times each model's best trial under MaxText's flags.
+TUNE = (
+    Stage("tune-bert", "benchmarks.tune", ("--models", "bert", "--budget-s", "220"), 250),
+    Stage("tune-gpt", "benchmarks.tune", ("--models", "gpt", "--budget-s", "200", "--append"),
+          230),
+    Stage("tune-xla", "benchmarks.tune", ("--models", "bert,gpt", "--xla-flags", "maxtext",
+                                          "--best-only", "--budget-s", "70", "--append"), 90),
+)
+TINY_TUNE = (
+    Stage("tune-bert", "benchmarks.tune", ("--models", "bert", "--tiny", "--allow-cpu",
+                                           "--steps", "2", "--max-doublings", "1"), 200),
+    Stage("tune-gpt", "benchmarks.tune", ("--models", "gpt", "--tiny", "--allow-cpu", "--steps",
+                                          "2", "--max-doublings", "1", "--append"), 200),
+    Stage("tune-xla", "benchmarks.tune", ("--models", "bert,gpt", "--tiny", "--allow-cpu",
+                                          "--xla-flags", "maxtext", "--best-only", "--steps",
+                                          "2", "--append"), 120),
+)
+STAGE_NAMES = tuple(s.name for s in ACCELERATOR + TUNE)
 
 
 def run_stage(stage: Stage, out: str, limit_s: float, log) -> dict:
@@ -147,6 +172,11 @@ def headlines(out: str) -> dict:
         with open(path, encoding="utf-8") as f:
             checked = json.load(f)
         found["attention"] = {k: checked[k] for k in ("counts", "failures")}
+    path = os.path.join(out, "tune.jsonl")
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+        found["tune"] = [r for r in rows if r.get("status") == "ok"]
     path = os.path.join(out, "step_summary.json")
     if os.path.exists(path):
         with open(path, encoding="utf-8") as f:
@@ -191,9 +221,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--allow-cpu", action="store_true", help="run on a CPU too")
     parser.add_argument("--tiny", action="store_true",
                         help="tiny sizes: the suite's own check (with --allow-cpu on a CPU)")
+    parser.add_argument("--tune", action="store_true",
+                        help="the tuning sweep (benchmarks.tune) instead of the first-contact "
+                             "stages")
     parser.add_argument("--out", help="results directory (default benchmarks/results/<machine>)")
     args = parser.parse_args(argv)
-    stages = select(TINY if args.tiny else ACCELERATOR, args.stages)
+    suites = {(False, False): ACCELERATOR, (True, False): TINY, (False, True): TUNE,
+              (True, True): TINY_TUNE}
+    stages = select(suites[(args.tiny, args.tune)], args.stages)
     device = probe()
     if device["platform"] == "cpu" and not args.allow_cpu:
         print("benchmarks.smoke: skipped: jax sees no GPU or TPU here (backend cpu); this suite "
@@ -219,7 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = {"machine": device["machine"],
               "device": f"{device['platform']} {device['device_kind']}",
               "devices": device["devices"], "jax": device["jax"], "started": started,
-              "tiny": args.tiny,
+              "tiny": args.tiny, "tune": args.tune,
               "command": "python -m benchmarks.smoke " + " ".join(argv or sys.argv[1:]),
               "seconds": time.perf_counter() - start, "stages": results,
               "headlines": headlines(out)}
