@@ -14,7 +14,7 @@ from configs import bert_pretrain as bert_pretrain_config
 from configs import gpt as gpt_config
 from tests.numerics import assert_params_close
 from zoo.commands import jobs
-from zoo.train import init_from, loop
+from zoo.train import init_from, loop, restore_verdicts
 from zoo.train.checkpoint import Checkpointer, MissingParamsError
 
 # The loop's features below the layout tests (spike guard, non-finite stop, best checkpoint,
@@ -294,6 +294,23 @@ def test_best_checkpoint_is_kept_beside_the_last(tiny_lm_config, tmp_path):
              if r["split"] == "eval"}
     assert best.best_value() == pytest.approx(min(evals.values()))
     assert Checkpointer(str(tmp_path)).latest_step() == 6
+
+
+def test_a_resumed_run_gathers_the_checkpoint_listing_once(tiny_lm_config, tmp_path,
+                                                          monkeypatch):
+    """Each agreed listing is a gather across every process: the restore uses the loop's."""
+    jobs.train(tiny_lm_config(steps=2, checkpoint_every=2), str(tmp_path), devices=ONE_DEVICE)
+    calls = []
+    real = restore_verdicts.agreed_steps
+
+    def counted(steps, directory):
+        calls.append(list(steps))
+        return real(steps, directory)
+
+    monkeypatch.setattr(restore_verdicts, "agreed_steps", counted)
+    jobs.train(tiny_lm_config(steps=3, checkpoint_every=2), str(tmp_path), devices=ONE_DEVICE)
+    assert calls == [[2]]
+    assert Checkpointer(str(tmp_path)).latest_step() == 3
 
 
 def test_profile_window_writes_a_trace_and_bad_windows_are_named(tiny_lm_config, tmp_path):

@@ -208,7 +208,7 @@ class Checkpointer:
         return checkpoint_failures.write_error(self.directory, step, self._previous(step), error)
 
     def restore(self, target, data_iterator=None, step: int | None = None,
-                quarantine: bool = False):
+                quarantine: bool = False, agreed: list[int] | None = None):
         """Restores the state onto `target`'s shapes and shardings (any mesh), and the iterator
         in place. `target`: a state pytree of arrays or jax.ShapeDtypeStruct with shardings.
 
@@ -226,8 +226,14 @@ class Checkpointer:
         gathered and every process applies the same decision: one process's damaged read
         sends all back to the older step, one process's error stops all (the others raise
         CheckpointRestoreError naming it).
+
+        `agreed`: the steps `agreed_steps` returned, when the caller has just asked (each ask
+        is a gather across the processes).
         """
-        steps = self.agreed_steps() if step is None else [step]
+        if step is not None:
+            steps = [step]
+        else:
+            steps = self.agreed_steps() if agreed is None else agreed
         if not steps:
             raise MissingFileError(
                 f"no checkpoint in {self.directory}; train first (train.py --workdir=...)"

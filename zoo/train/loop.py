@@ -248,9 +248,10 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
                                  best_metric=train_cfg.best_metric, best_mode=train_cfg.best_mode)
                     if train_cfg.best_metric else None)
         state = setup.state
-        if checkpointer.agreed_steps():  # every process restores, or none
+        agreed = checkpointer.agreed_steps()
+        if agreed:  # every process restores, or none
             with watchdog.phase("restore"), account.timed("restore"):
-                state = checkpointer.restore(state, batches, quarantine=True)
+                state = checkpointer.restore(state, batches, quarantine=True, agreed=agreed)
             account.resumed(int(state.step))
         elif train_cfg.init_from:
             with watchdog.phase("init_from"), account.timed("restore"):
