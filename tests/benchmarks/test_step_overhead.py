@@ -41,9 +41,11 @@ def test_instruction_kinds_count_fused_bodies_and_u32_arithmetic():
 
 @needs_libtpu
 def test_the_tpu_compiler_tells_the_generators_apart():
-    rows = {v: step_overhead.compile_tpu("bert", "tiny", 64, 8, "v5e-1", v)
+    # BERT-small: the tiny job trains without dropout.
+    rows = {v: step_overhead.compile_tpu("bert", "small", 128, 8, "v5e-1", v)
             for v in ("threefry", "rbg", "no dropout")}
     assert rows["rbg"]["rng-bit-generator"] > 0 == rows["threefry"]["rng-bit-generator"]
-    assert rows["threefry"]["u32 arithmetic"] > 2 * rows["rbg"]["u32 arithmetic"]
+    # threefry's rounds are about twice the u32 instructions of rbg's (BERT-base: 2,035 vs 1,060)
+    assert rows["threefry"]["u32 arithmetic"] > 1.5 * rows["rbg"]["u32 arithmetic"]
     assert rows["no dropout"]["u32 arithmetic"] < rows["rbg"]["u32 arithmetic"]
     assert rows["no dropout"]["rng-bit-generator"] == 0
