@@ -22,9 +22,8 @@ from jax.experimental import multihost_utils
 from zoo import paths
 from zoo.errors import ConfigError, UserError
 from zoo.train import metrics as metrics_lib
-from zoo.train import (compile_cache, contract, dry_run, flops, goodput, init_from, optim,
-                       partitioning, program, recipe, step)
-from zoo.train import dropout_rng
+from zoo.train import (compile_cache, contract, dropout_rng, dry_run, flops, goodput, init_from,
+                       optim, partitioning, program, recipe, step)
 from zoo.train import watchdog as watchdog_lib
 from zoo.train.checkpoint import Checkpointer
 from zoo.train.state import TrainState

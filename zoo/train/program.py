@@ -91,6 +91,9 @@ def abstract_train_step(task, config: ml_collections.ConfigDict, mesh,
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
 
     if platforms is None:
+        if isinstance(mesh, jax.sharding.AbstractMesh):
+            raise ValueError("abstract_train_step: an AbstractMesh has no devices to say what "
+                             "the step is built for; pass platforms")
         platforms = dropout_rng.mesh_platforms(mesh)
     train_step = jit_train_step(task, optimizer, config, shardings, batch_sharding, platforms)
     return train_step, (jax.tree.map(spec, state, shardings),
