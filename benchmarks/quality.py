@@ -57,9 +57,8 @@ import time  # noqa: E402
 
 import jax  # noqa: E402
 
-from benchmarks import machine, peers, quality_data, quality_gpt, quality_report  # noqa: E402
+from benchmarks import cli, machine, peers, quality_data, quality_gpt, quality_report  # noqa: E402
 from benchmarks import quality_rnn  # noqa: E402
-from zoo import errors  # noqa: E402
 from zoo.errors import ConfigError  # noqa: E402
 
 PAIRS = ("gpt", "gpt_bpe", "lstm", "gru")
@@ -215,12 +214,7 @@ def run(args) -> list[str]:
 
 
 def main(argv=None) -> int:
-    try:
-        run(parse_args(argv))
-    except errors.UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return cli.exit_status(lambda: run(parse_args(argv)))
 
 
 if __name__ == "__main__":

@@ -48,9 +48,8 @@ import jax  # noqa: E402
 import ml_collections  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchmarks import machine, peers, quality_data, quality_report, quality_sides  # noqa: E402
+from benchmarks import cli, machine, peers, quality_data, quality_report, quality_sides  # noqa: E402
 from configs import nnlm as nnlm_job  # noqa: E402
-from zoo import errors  # noqa: E402
 from zoo.errors import ConfigError  # noqa: E402
 from zoo.tasks import nnlm as nnlm_task  # noqa: E402
 from zoo.tasks.base import Task  # noqa: E402
@@ -407,12 +406,7 @@ def run_command(args) -> list[str]:
 
 
 def main(argv=None) -> int:
-    try:
-        run_command(parse_args(argv))
-    except errors.UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return cli.exit_status(lambda: run_command(parse_args(argv)))
 
 
 if __name__ == "__main__":

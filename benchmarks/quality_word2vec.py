@@ -41,9 +41,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from benchmarks import machine, step_jobs
+from benchmarks import cli, machine, step_jobs
 from configs import word2vec as word2vec_job
-from zoo import errors
 from zoo.data.readers import sources
 from zoo.data.readers import word2vec as w2v_data
 from zoo.errors import ConfigError
@@ -471,12 +470,7 @@ def write_fixture_corpus(root: str) -> str:
 
 
 def main(argv=None) -> int:
-    try:
-        run(parse_args(argv))
-    except errors.UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return cli.exit_status(lambda: run(parse_args(argv)))
 
 
 if __name__ == "__main__":

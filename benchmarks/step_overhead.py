@@ -40,9 +40,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")  # a CPU's figures; the TPU's are 
 import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 
-from benchmarks import machine  # noqa: E402
+from benchmarks import cli, machine  # noqa: E402
 from benchmarks.step_jobs import SIZES, build, job_config, make_task  # noqa: E402
-from zoo import errors  # noqa: E402
 from zoo.train import aot, loop, topologies  # noqa: E402
 
 NO_DROPOUT = {"dropout_rate": 0.0, "attention_dropout_rate": 0.0}
@@ -241,12 +240,7 @@ def run(args: argparse.Namespace) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    try:
-        run(parse_args(argv))
-    except errors.UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
+    return cli.exit_status(lambda: run(parse_args(argv)))
 
 
 if __name__ == "__main__":

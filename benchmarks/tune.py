@@ -54,9 +54,8 @@ _set_xla_flags(sys.argv)
 import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 
-from benchmarks import machine, peers  # noqa: E402
+from benchmarks import cli, machine, peers  # noqa: E402
 from benchmarks.step_jobs import SIZES, build, job_config, make_task  # noqa: E402
-from zoo import errors  # noqa: E402
 from zoo.errors import ConfigError  # noqa: E402
 from zoo.train import loop, metrics  # noqa: E402
 
@@ -280,18 +279,13 @@ def run(args: argparse.Namespace) -> str | None:
             with open(path, "a") as f:
                 f.write(json.dumps(row) + "\n")
             print(json.dumps(row), flush=True)
-    return write_report(out)
+    report = write_report(out)
+    print(f"wrote {report}", flush=True)
+    return report
 
 
 def main(argv=None) -> int:
-    try:
-        report = run(parse_args(argv))
-    except errors.UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if report:
-        print(f"wrote {report}", flush=True)
-    return 0
+    return cli.exit_status(lambda: run(parse_args(argv)))
 
 
 if __name__ == "__main__":
