@@ -1,3 +1,4 @@
+import random
 import unicodedata
 
 import pytest
@@ -115,6 +116,25 @@ def test_matches_bert_wordpiece_tokenizer_class(trained_vocab, sentences):
         expected = ref.encode(text, add_special_tokens=False)
         assert tok.encode_with_offsets(text) == (
             expected.ids, [tuple(o) for o in expected.offsets]), text
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_random_text_matches_hf(lowercase, trained_vocab):
+    """encode caches space-separated chunks and walks ASCII chunks by regex instead of character
+    by character; random strings of every ASCII character (controls that vanish and join their
+    neighbours, ones that separate, punctuation) among letters and some non-ASCII ones must
+    still give HF's ids and offsets."""
+    ref = hf_reference(trained_vocab, lowercase=lowercase)
+    tok = WordPieceTokenizer.from_vocab_file(trained_vocab, lowercase=lowercase)
+    rng = random.Random(0)
+    alphabet = ([chr(c) for c in range(128)] + list("éÉßİ日😀\u00a0\u2028\u200b")
+                + list("etaoinsrhl   ") * 10)
+    for _ in range(3000):
+        text = "".join(rng.choices(alphabet, k=rng.randint(0, 30)))
+        expected = ref.encode(text, add_special_tokens=False)
+        ids, offsets = tok.encode_with_offsets(text)
+        assert (ids, offsets) == (expected.ids, [tuple(o) for o in expected.offsets]), repr(text)
+        assert tok.encode(text) == ids, repr(text)
 
 
 def test_greedy_longest_match_first(tmp_path):

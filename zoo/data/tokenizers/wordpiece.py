@@ -30,6 +30,7 @@ Literal "[MASK]" etc. in the text are tokenized as text ('[', 'mask', ']'), neve
 from __future__ import annotations
 
 import functools
+import re
 import unicodedata
 from collections.abc import Iterable, Sequence
 
@@ -51,6 +52,12 @@ _DECODE_CLEANUP = (
     (" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
     (" 'm", "'m"), (" do not", " don't"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"),
 )
+
+# ASCII text the rules treat simply: letters and digits form words, every other printable
+# character is a one-character word, tab/newline/return separate. The other ASCII controls are
+# dropped (joining their neighbours), which this pattern cannot say: _ASCII_DROPPED finds them.
+_ASCII_WORDS = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]")
+_ASCII_DROPPED = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 def _is_control(c: str) -> bool:
@@ -128,11 +135,12 @@ class WordPieceTokenizer:
         # Per-instance caches (the rules depend on the flags); words repeat a lot in corpora.
         self._normalize_char = functools.cache(self._normalize_char_uncached)
         self._word_pieces = functools.lru_cache(maxsize=1 << 16)(self._word_pieces_uncached)
+        self._chunk = functools.lru_cache(maxsize=1 << 17)(self._chunk_uncached)
 
     def __getstate__(self) -> dict:
         # Pickled for preparation worker processes: the caches (bound to this instance) stay.
         return {k: v for k, v in self.__dict__.items()
-                if k not in ("_normalize_char", "_word_pieces")}
+                if k not in ("_normalize_char", "_word_pieces", "_chunk")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -180,18 +188,24 @@ class WordPieceTokenizer:
         return len(self._tokens)
 
     def encode(self, text: str) -> list[int]:
-        return self.encode_with_offsets(text)[0]
+        ids = []
+        for chunk in text.split(" "):
+            if chunk:
+                ids.extend(self._chunk(chunk)[0])
+        return ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [self.encode(t) for t in texts]
 
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Ids and, per id, the (start, end) character span of `text` it came from."""
-        ids, offsets = [], []
-        for word, origins in self._words(text):
-            for i, start, end in self._word_pieces(word):
-                ids.append(i)
-                offsets.append((origins[start], origins[end - 1] + 1))
+        ids, offsets, at = [], [], 0
+        for chunk in text.split(" "):
+            if chunk:
+                chunk_ids, chunk_offsets = self._chunk(chunk)
+                ids.extend(chunk_ids)
+                offsets.extend((at + start, at + end) for start, end in chunk_offsets)
+            at += len(chunk) + 1
         return ids, offsets
 
     def tokenize(self, text: str) -> list[str]:
@@ -233,6 +247,29 @@ class WordPieceTokenizer:
         return int(i) in self.special_ids or not self.id_to_token(i).startswith(CONTINUATION)
 
     # -- basic tokenization -------------------------------------------------------------------
+
+    def _chunk_uncached(self, chunk: str) -> tuple[tuple[int, ...], tuple[tuple[int, int], ...]]:
+        """Ids and offsets (into `chunk`) of one space-free run of the text.
+
+        Every rule above looks at one character at a time, and a space always ends a word, so
+        the text's tokens are its space-separated chunks' tokens one after another. Chunks
+        (mostly words with their punctuation) repeat throughout a corpus, so encode caches them:
+        preparation then runs the character-by-character rules once per distinct chunk.
+        """
+        ids, offsets = [], []
+        if chunk.isascii() and not _ASCII_DROPPED.search(chunk):
+            # The same rules without the per-character walk: no accents, one-to-one case.
+            for match in _ASCII_WORDS.finditer(chunk):
+                word, at = match.group(), match.start()
+                for i, start, end in self._word_pieces(word.lower() if self.lowercase else word):
+                    ids.append(i)
+                    offsets.append((at + start, at + end))
+            return tuple(ids), tuple(offsets)
+        for word, origins in self._words(chunk):
+            for i, start, end in self._word_pieces(word):
+                ids.append(i)
+                offsets.append((origins[start], origins[end - 1] + 1))
+        return tuple(ids), tuple(offsets)
 
     def _normalize_char_uncached(self, c: str) -> str:
         """What one original character becomes after steps 1-4 ('' when dropped)."""
