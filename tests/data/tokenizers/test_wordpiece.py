@@ -1,6 +1,7 @@
 import random
 import unicodedata
 
+import numpy as np
 import pytest
 
 from zoo.data.synthetic.documents import corpus_splits
@@ -135,6 +136,15 @@ def test_random_text_matches_hf(lowercase, trained_vocab):
         ids, offsets = tok.encode_with_offsets(text)
         assert (ids, offsets) == (expected.ids, [tuple(o) for o in expected.offsets]), repr(text)
         assert tok.encode(text) == ids, repr(text)
+
+
+def test_encode_flat_is_encode_batch_end_to_end(trained_vocab, sentences):
+    tok = WordPieceTokenizer.from_vocab_file(trained_vocab)
+    texts = sentences[:300] + TRICKY + ["", "   "]
+    ids, lengths = tok.encode_flat(texts)
+    want = tok.encode_batch(texts)
+    assert ids.dtype == np.int32 and lengths.tolist() == [len(w) for w in want]
+    assert ids.tolist() == [i for w in want for i in w]
 
 
 def test_greedy_longest_match_first(tmp_path):

@@ -246,25 +246,106 @@ def mask_batch(input_ids: np.ndarray, keys: np.ndarray, spec: MaskingSpec,
     ids = np.asarray(input_ids, np.int32)
     keys = np.asarray(keys, _U64)
     batch, length = ids.shape
-    p = spec.max_predictions_per_seq
-    check_max_predictions(p)
-    specials = sorted({int(s) for s in spec.special_ids})
-    drawable = _drawable_check(spec.vocab_size, specials)
-    maskable = np.ones(ids.shape, bool)
-    for s in specials:
-        maskable &= ids != s
-    n = maskable.sum(axis=1)
-    # np.round halves to even, as Python's round in mask_tokens.
-    num = np.where(n > 0, np.minimum(p, np.maximum(1, np.round(n * spec.masked_lm_prob))), 0)
-    rows = np.arange(batch)[:, None]
+    p, m = _draw_sizes(spec)
     # Per row, from its own stream: a selection draw per position, then per target slot a kind
     # draw (mask / keep / random) and a replacement id.
     order, u = np.empty(ids.shape), np.empty((batch, p))
     draws = np.empty((batch, p), np.int64)
-    m = spec.vocab_size - len(drawable)
     for b, key in enumerate(keys):
         g = _row_generator(key)
         order[b], u[b], draws[b] = g.random(length), g.random(p), g.integers(m, size=p)
+    maskable, num = _maskable(ids, spec)
+    chosen = _choose_by_order(ids, maskable, num, order, spec, word_start_table)
+    return _corrupt(ids, chosen, u, draws, spec)
+
+
+def pass_draws(rng: np.random.Generator, rows: int, length: int,
+               spec: MaskingSpec) -> dict[str, np.ndarray]:
+    """mask_pass's draws for `rows` rows of `length`, all from `rng` at once: "select" (one per
+    step of Floyd's sampling, [rows, P]; with whole_word a selection draw per position,
+    [rows, L]), "kind" [rows, P] (mask / keep / random) and "replace" [rows, P] (the n-th
+    non-special id). A row's draws travel with it when rows are reordered."""
+    p, m = _draw_sizes(spec)
+    return {"select": rng.random((rows, length if spec.whole_word else p)),
+            "kind": rng.random((rows, p)), "replace": rng.integers(m, size=(rows, p))}
+
+
+def mask_pass(input_ids: np.ndarray, draws: dict[str, np.ndarray], spec: MaskingSpec,
+              word_start_table: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """mask_batch's corruption from draws taken for many rows at once (pass_draws): for static
+    masks, drawn once per stored pass and never redrawn by row, so needing no key per row (a
+    per-row stream costs ~20 us a row, most of a shard's masking time). Without whole-word
+    masking the chosen tokens are a uniform subset drawn by Floyd's algorithm (P steps over
+    every row at once) rather than by sorting a draw per position."""
+    ids = np.asarray(input_ids, np.int32)
+    maskable, num = _maskable(ids, spec)
+    if spec.whole_word:
+        chosen = _choose_by_order(ids, maskable, num, draws["select"], spec, word_start_table)
+    else:
+        chosen = _choose_uniform(maskable, num, draws["select"])
+    return _corrupt(ids, chosen, draws["kind"], draws["replace"], spec)
+
+
+def _draw_sizes(spec: MaskingSpec) -> tuple[int, int]:
+    """(P, the number of non-special ids a random replacement is drawn from)."""
+    check_max_predictions(spec.max_predictions_per_seq)
+    specials = sorted({int(s) for s in spec.special_ids})
+    return spec.max_predictions_per_seq, spec.vocab_size - len(
+        _drawable_check(spec.vocab_size, specials))
+
+
+def _maskable(ids: np.ndarray, spec: MaskingSpec) -> tuple[np.ndarray, np.ndarray]:
+    """bool [B, L] the tokens masking may pick, and int [B] how many each row gets."""
+    special = np.zeros(max(spec.vocab_size, int(ids.max(initial=0)) + 1), bool)
+    special[[int(s) for s in spec.special_ids]] = True
+    maskable = ~special[ids]
+    n = maskable.sum(axis=1)
+    # np.round halves to even, as Python's round in mask_tokens.
+    p = spec.max_predictions_per_seq
+    num = np.where(n > 0, np.minimum(p, np.maximum(1, np.round(n * spec.masked_lm_prob))), 0)
+    return maskable, num.astype(np.int64)
+
+
+def _choose_uniform(maskable: np.ndarray, num: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Sorted positions [B, P] of a uniform num[b]-subset of each row's maskable positions,
+    padded with L; u [B, P] uniform draws, one per step of Floyd's sampling (for j = n - k ..
+    n - 1 take a rank t uniform in [0, j], or j itself if t is taken: every k-subset of the n
+    ranks equally likely)."""
+    batch, length = maskable.shape
+    n = maskable.sum(axis=1).astype(np.int32)
+    num = num.astype(np.int32)
+    columns = []  # ranks drawn, a [B] column per step (-1 past a row's num)
+    for step in range(u.shape[1]):
+        j = n - num + step
+        t = (u[:, step] * (j + 1)).astype(np.int32)
+        taken = np.zeros(batch, bool)
+        for earlier in columns:
+            taken |= earlier == t
+        columns.append(np.where(step < num, np.where(taken, j, t), -1))
+    ranks = np.stack(columns, axis=1)
+    valid = ranks >= 0
+    # Rank r's position is r plus the non-maskable positions up to it: the least fixed point
+    # of q = r + skipped[q], reached from q = r in one step per non-maskable position crossed
+    # (in a BERT row only [CLS] and the first [SEP] lie inside the text).
+    skipped = np.cumsum((~maskable).view(np.uint8), axis=1,  # as bytes: twice as fast
+                        dtype=np.int16 if length < 2**15 else np.int32).ravel()
+    row_start = (np.arange(batch, dtype=np.int64) * length)[:, None]
+    rank = np.maximum(ranks, 0)
+    at = rank
+    while True:
+        after = np.minimum(rank + skipped[row_start + at], length - 1)
+        if np.array_equal(after, at):
+            break
+        at = after
+    return np.sort(np.where(valid, at, length), axis=1)
+
+
+def _choose_by_order(ids, maskable, num, order, spec, word_start_table) -> np.ndarray:
+    """Sorted positions [B, P] (padded with L): those of the num[b] smallest selection draws
+    `order` [B, L] among the maskable, or with whole_word the word groups in the order of their
+    first piece's draw."""
+    batch, length = ids.shape
+    p = spec.max_predictions_per_seq
     if spec.whole_word:
         if word_start_table is None:
             raise ValueError("mask_batch with whole_word needs word_start_table")
@@ -278,11 +359,20 @@ def mask_batch(input_ids: np.ndarray, keys: np.ndarray, spec: MaskingSpec,
             taken = _take_words(candidates, bounds, np.argsort(order[b, firsts], kind="stable"),
                                 int(num[b]), p)
             chosen[b, :len(taken)] = taken
-    else:
-        # Non-maskable tokens sort last; the first num[b] columns are the chosen ones.
-        order = np.where(maskable, order, np.inf)
-        first = np.argsort(order, axis=1, kind="stable")[:, :p]
-        chosen = np.sort(np.where(np.arange(p) < num[:, None], first, length), axis=1)
+        return chosen
+    # Non-maskable tokens sort last; the first num[b] columns are the chosen ones.
+    order = np.where(maskable, order, np.inf)
+    first = np.argsort(order, axis=1, kind="stable")[:, :p]
+    return np.sort(np.where(np.arange(p) < num[:, None], first, length), axis=1)
+
+
+def _corrupt(ids: np.ndarray, chosen: np.ndarray, u: np.ndarray, draws: np.ndarray,
+             spec: MaskingSpec) -> dict[str, np.ndarray]:
+    """The masked rows and targets, given the chosen positions [B, P] (L = none), a kind draw
+    u [B, P] (mask / keep / random) and draws [B, P] (the n-th non-special id)."""
+    batch, length = ids.shape
+    drawable = _drawable_check(spec.vocab_size, sorted({int(s) for s in spec.special_ids}))
+    rows = np.arange(batch)[:, None]
     valid = chosen < length
     positions = np.where(valid, chosen, 0)
     labels = np.where(valid, ids[rows, positions], 0)

@@ -30,9 +30,12 @@ Literal "[MASK]" etc. in the text are tokenized as text ('[', 'mask', ']'), neve
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
+
+import numpy as np
 
 from zoo import paths
 from zoo.errors import DataError, MissingFileError
@@ -136,11 +139,13 @@ class WordPieceTokenizer:
         self._normalize_char = functools.cache(self._normalize_char_uncached)
         self._word_pieces = functools.lru_cache(maxsize=1 << 16)(self._word_pieces_uncached)
         self._chunk = functools.lru_cache(maxsize=1 << 17)(self._chunk_uncached)
+        self._chunk_ids = functools.lru_cache(maxsize=1 << 17)(
+            lambda chunk: self._chunk_uncached(chunk)[0])
 
     def __getstate__(self) -> dict:
         # Pickled for preparation worker processes: the caches (bound to this instance) stay.
         return {k: v for k, v in self.__dict__.items()
-                if k not in ("_normalize_char", "_word_pieces", "_chunk")}
+                if k not in ("_normalize_char", "_word_pieces", "_chunk", "_chunk_ids")}
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
@@ -190,12 +195,31 @@ class WordPieceTokenizer:
     def encode(self, text: str) -> list[int]:
         ids = []
         for chunk in text.split(" "):
-            if chunk:
-                ids.extend(self._chunk(chunk)[0])
+            ids.extend(self._chunk_ids(chunk))
         return ids
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [self.encode(t) for t in texts]
+
+    def encode_flat(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """encode_batch as one int32 array of every text's ids after another, and int64 [len
+        (texts)] each text's count: what preparation keeps, without a list per text (the
+        chunks' cache is looked up by map, in C)."""
+        chunks = [text.split(" ") for text in texts]
+        per_chunk = list(map(self._chunk_ids, itertools.chain.from_iterable(chunks)))
+        lengths = np.fromiter(map(len, per_chunk), np.int64, count=len(per_chunk))
+        ids = np.fromiter(itertools.chain.from_iterable(per_chunk), np.int32,
+                          count=int(lengths.sum()))
+        per_text = np.fromiter(map(len, chunks), np.int64, count=len(chunks))
+        ends = np.cumsum(per_text)
+        total = np.concatenate([[0], np.cumsum(lengths)])
+        return ids, total[ends] - total[ends - per_text]
+
+    def word_starts(self) -> list[bool]:
+        """is_word_start of every id, in id order (for the whole vocabulary at once)."""
+        specials = set(self.special_ids)
+        return [i in specials or not t.startswith(CONTINUATION) for i, t in
+                enumerate(self._tokens)]
 
     def encode_with_offsets(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Ids and, per id, the (start, end) character span of `text` it came from."""

@@ -36,11 +36,25 @@ def _keyed(ids, rng, prob=0.15, max_predictions=20, *, vocab_size, special_ids, 
     return masking.MaskedLM(**{k: v[0] for k, v in out.items()})
 
 
-# mask_tokens (a Generator per row, the rules written plainly) and mask_batch (a Philox stream
-# per row key: the pipeline's static and dynamic masks) must follow the same distribution:
-# every masking test runs on both.
-MASKERS = pytest.mark.parametrize("masker", [masking.mask_tokens, _keyed],
-                                  ids=["mask_tokens", "mask_batch"])
+def _in_a_pass(ids, rng, prob=0.15, max_predictions=20, *, vocab_size, special_ids, mask_id,
+               word_starts=None, whole_word=False):
+    """mask_tokens' interface over mask_pass (static masking): the row among others."""
+    spec = masking.MaskingSpec(prob, max_predictions, vocab_size, mask_id,
+                                tuple(sorted(special_ids)), whole_word)
+    table = None
+    if word_starts is not None:
+        table = np.zeros(vocab_size, bool)
+        table[ids] = word_starts
+    batch = np.stack([np.asarray(ids)] * 3)
+    out = masking.mask_pass(batch, masking.pass_draws(rng, 3, batch.shape[1], spec), spec, table)
+    return masking.MaskedLM(**{k: v[1] for k, v in out.items()})
+
+
+# mask_tokens (a Generator per row, the rules written plainly), mask_batch (a Philox stream per
+# row key: dynamic masks) and mask_pass (one Generator for all rows, Floyd's sampling: static
+# masks) must follow the same distribution: every masking test runs on all three.
+MASKERS = pytest.mark.parametrize("masker", [masking.mask_tokens, _keyed, _in_a_pass],
+                                  ids=["mask_tokens", "mask_batch", "mask_pass"])
 
 
 def _mask(tok, ids, rng, prob=0.15, max_predictions=L, masker=masking.mask_tokens, **kw):

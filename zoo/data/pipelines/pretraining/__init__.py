@@ -294,9 +294,10 @@ def _make_shard(task: tuple[int, Piece]) -> tuple[int, int, int]:
             raise
         raise DataError(f"{e}; with many small pieces, prepare fewer, larger shards "
                         "(config.data.shard_mb or config.data.num_shards)") from None
-    arrays = shard_examples(docs, w["settings"], shard, w["tokenizer"], w["word_starts"], where)
+    arrays = shard_examples(docs, w["settings"], shard, w["tokenizer"], w["word_starts"])
     labels = arrays["next_sentence_labels"]
-    records = pretraining_records.encode(arrays, w["settings"], w["tokenizer"].vocab_size)
+    records = pretraining_records.encode(arrays, w["settings"], w["tokenizer"].vocab_size,
+                                         verify=False)
     del arrays  # the records are a fifth of the features' bytes
     store.write_shard(w["directory"], shard, records, {
         "rows": int(len(labels)), "is_next": int(len(labels) - labels.sum()),

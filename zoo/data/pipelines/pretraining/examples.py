@@ -3,31 +3,21 @@
 Follows google-research/bert's create_pretraining_data.py (as the BERT sections of the Wenzhou
 University Transformer lecture and of the lecture notes from NNLM to BERT give it: 15% of the
 tokens are predicted, of those 80% -> [MASK], 10% -> a random token, 10% unchanged;
-[CLS] A [SEP] B [SEP] with B the real continuation half of the time):
-
-  * documents are lists of tokenized sentences; sentences accumulate into a chunk up to a target
-    length (max_seq_length - 3, or with probability short_seq_prob a random shorter one), the
-    chunk splits at a random sentence boundary into A and B, and half the time B is replaced by
-    text from another document (the chunk's unused sentences are "put back" for the next chunk);
-  * the longer side loses a token at a random end until the pair fits.
-
-Deliberate differences from the reference:
-  * a one-sentence chunk that draws IsNext is paired with its neighbouring sentence (the next
-    one, else the previous one) instead of always getting a random B; the reference's rule makes
-    ~60% of the synthetic corpus's pairs NotNext, this keeps the labels at ~50%;
-  * a random B never comes from A's own document (the reference gives up after 10 tries);
-  * the masked count is round(masked_lm_prob * the number of maskable tokens) (the reference
-    also counts [CLS] and [SEP], which are never masked).
+[CLS] A [SEP] B [SEP] with B the real continuation half of the time). The pairs are
+zoo.data.pipelines.pretraining.pairs (the reference's rules, where zoo departs from them, and
+how a pass is made); the masked count is round(masked_lm_prob * the number of maskable tokens)
+(the reference also counts [CLS] and [SEP], which are never masked).
 
 Masking is either static (`dupe_factor` passes over the corpus, each with fresh pairs and masks,
-stored on disk as in the reference; drawn by the batch masker from keys of (seed, shard, pass,
-row)) or dynamic (pairs stored unmasked, masks drawn when a batch is
-built from keys of (seed, epoch, example index), so a restored iterator redraws the same masks
-and every epoch sees new ones); zoo.data.pipelines.masking holds the rules and both drivers.
+stored on disk as in the reference; a pass's masks drawn at once from an rng of (seed, shard,
+pass)) or dynamic (pairs stored unmasked, masks drawn when a batch is built from keys of (seed,
+epoch, example index), so a restored iterator redraws the same masks and every epoch sees new
+ones); zoo.data.pipelines.masking holds the rules and both drivers.
 
 Everything here makes examples and nothing stores them: `shard_examples` is a pure function of
-one piece's encoded documents, the Settings and the shard index, so shards can be made in any order or in
-parallel. zoo.data.pipelines.pretraining caches them on disk and reads them back as batches.
+one piece's encoded documents, the Settings and the shard index, so shards can be made in any
+order or in parallel. zoo.data.pipelines.pretraining caches them on disk and reads them back as
+batches.
 """
 
 from __future__ import annotations
@@ -37,12 +27,16 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from zoo.data.pipelines.masking import MaskingSpec, mask_batch, masking_keys
+from zoo.data.pipelines.masking import MaskingSpec, mask_pass, pass_draws
 from zoo.data.pipelines.masking import check_max_predictions as _check_max_predictions
-from zoo.errors import ConfigError, DataError
+from zoo.data.pipelines.pretraining import pairs
+from zoo.data.pipelines.pretraining.pairs import check_max_seq_length
+from zoo.errors import ConfigError
 
-# Tags the rng that shuffles a shard's rows (pass rngs are keyed by dupe < 2**16).
+# Tag the rngs that shuffle a shard's rows and draw a pass's static masks (pass rngs are keyed
+# by dupe < 2**16).
 _SHUFFLE_STREAM = 1 << 16
+_MASK_STREAM = (1 << 16) + 1
 
 # Feature name -> (dtype, per-example shape in terms of L = max_seq_length, P = predictions).
 PAIR_FEATURES = {
@@ -84,7 +78,7 @@ class Settings:
     seed: int = 12345
 
     def __post_init__(self):
-        _check_max_seq_length(self.max_seq_length)
+        check_max_seq_length(self.max_seq_length)
         _check_max_predictions(self.max_predictions_per_seq)
         if not 0.0 < self.masked_lm_prob <= 1.0:
             raise ConfigError(f"masked_lm_prob={self.masked_lm_prob!r} must be in (0, 1]")
@@ -94,21 +88,13 @@ class Settings:
             raise ConfigError(f"dupe_factor={self.dupe_factor!r} must be an int in [1, 65535]")
 
 
-def _check_max_seq_length(max_seq_length) -> None:
-    if not isinstance(max_seq_length, (int, np.integer)) or max_seq_length < 8:
-        raise ConfigError(
-            f"max_seq_length={max_seq_length!r} must be an int >= 8: [CLS] A [SEP] B [SEP] "
-            "needs room for two non-trivial segments"
-        )
-
-
 def feature_shapes(settings: Settings) -> dict[str, tuple[int, ...]]:
     """Per-example shape of each dims code of PAIR_FEATURES / MLM_FEATURES ('L', 'P', '')."""
     return {"L": (settings.max_seq_length,), "P": (settings.max_predictions_per_seq,), "": ()}
 
 
 # ---------------------------------------------------------------------------------------------
-# Sentence pairs.
+# Sentence pairs one at a time (the pass-at-once forms are in zoo.data.pipelines.pretraining.pairs).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,7 +124,8 @@ def create_instances(
     document_indices: Sequence[int] | None = None,
     source: str = "documents",
 ) -> list[Instance]:
-    """Sentence pairs from each document, as BERT's create_instances_from_document.
+    """Sentence pairs from each document, as BERT's create_instances_from_document (one pass of
+    pairs.make_pairs, as Instances).
 
     Args:
       documents: documents as lists of tokenized sentences (empty sentences are skipped).
@@ -153,97 +140,25 @@ def create_instances(
       Instances in document order; about half have `is_random_next` (label 1, NotNext).
 
     Raises:
-      ValueError: if no document has two sentences or there are fewer than two documents,
+      DataError: if no document has two sentences or there are fewer than two documents,
         which leaves next-sentence prediction without positive or negative pairs.
     """
-    _check_max_seq_length(max_seq_length)
-    docs = _as_arrays(documents)
-    nonempty = _check_pairable(docs, source)
-    return _create(docs, nonempty, rng, max_seq_length, short_seq_prob,
-                   range(len(docs)) if document_indices is None else document_indices)
-
-
-def _as_arrays(documents) -> list[list[np.ndarray]]:
-    return [[np.asarray(s, np.int32) for s in doc if len(s)] for doc in documents]
-
-
-def _check_pairable(docs: list[list[np.ndarray]], source: str) -> np.ndarray:
-    """Sorted indices of the non-empty documents, after checking NSP can make pairs."""
-    nonempty = np.array([d for d, doc in enumerate(docs) if doc], np.int64)
-    if len(nonempty) < 2 or max(len(docs[d]) for d in nonempty) < 2:
-        raise DataError(
-            f"{source}: {len(nonempty)} non-empty documents, none with 2 or more sentences; "
-            "next-sentence prediction needs at least 2 documents and some of several sentences "
-            "(text format: one sentence per line, a blank line between documents)"
+    check_max_seq_length(max_seq_length)
+    flat = pairs.flatten(documents, source)
+    made = pairs.make_pairs(flat, rng, max_seq_length, short_seq_prob, document_indices)
+    firsts = flat.first_sentence
+    return [
+        Instance(
+            flat.tokens[made.a_start[i]:made.a_stop[i]],
+            flat.tokens[made.b_start[i]:made.b_stop[i]],
+            bool(made.is_random_next[i]),
+            int(made.a_document[i]),
+            tuple(int(k - firsts[made.a_document[i]]) for k in made.a_sentences[i]),
+            int(made.b_document[i]),
+            tuple(int(k - firsts[made.b_document[i]]) for k in made.b_sentences[i]),
         )
-    return nonempty
-
-
-def _create(docs, nonempty, rng, max_seq_length, short_seq_prob, indices) -> list[Instance]:
-    max_num_tokens = max_seq_length - 3  # room for [CLS], [SEP], [SEP]
-    instances = []
-    for d in indices:
-        if docs[d]:
-            instances.extend(_document_instances(docs, nonempty, d, rng, max_num_tokens,
-                                                 short_seq_prob))
-    return instances
-
-
-def _document_instances(docs, nonempty, d, rng, max_num_tokens, short_seq_prob):
-    document = docs[d]
-    # Usually fill the whole sequence (padding is wasted compute); sometimes go shorter so
-    # pretraining also sees the short inputs of fine-tuning. A rough target, not a limit.
-    target = max_num_tokens
-    if rng.random() < short_seq_prob:
-        target = int(rng.integers(2, max_num_tokens + 1))
-    # Splitting at sentence boundaries (not at an arbitrary token) keeps NSP from being trivial.
-    instances = []
-    start, length, i = 0, 0, 0
-    while i < len(document):
-        length += len(document[i])
-        if i == len(document) - 1 or length >= target:
-            first = start  # the chunk is sentences [first, i]
-            random_next = rng.random() < 0.5
-            if i == first and not random_next:
-                # A one-sentence chunk cannot be split; the reference then always takes a random
-                # B, which on short documents skews the labels (~60% NotNext on the synthetic
-                # corpus). Pair it with a neighbour instead, so the coin flip stays fair.
-                if i + 1 < len(document):
-                    i += 1
-                elif first > 0:
-                    first -= 1
-                else:
-                    random_next = True  # a one-sentence document has no continuation
-            chunk = i + 1 - first
-            a_end = first + (1 if chunk < 2 else int(rng.integers(1, chunk)))
-            tokens_a = np.concatenate(document[first:a_end])
-            if random_next:
-                r = _other_document(nonempty, d, rng)
-                other = docs[r]
-                b_start = int(rng.integers(len(other)))
-                b_end, b_len = b_start, 0
-                while b_end < len(other) and (b_end == b_start or b_len < target - len(tokens_a)):
-                    b_len += len(other[b_end])
-                    b_end += 1
-                tokens_b = np.concatenate(other[b_start:b_end])
-                b = (r, (b_start, b_end))
-                # The chunk's sentences after A were not used: put them back for the next chunk.
-                i = a_end - 1
-            else:
-                tokens_b = np.concatenate(document[a_end:i + 1])
-                b = (d, (a_end, i + 1))
-            tokens_a, tokens_b = truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
-            instances.append(Instance(tokens_a, tokens_b, random_next, d, (first, a_end), *b))
-            start, length = i + 1, 0
-        i += 1
-    return instances
-
-
-def _other_document(nonempty: np.ndarray, d: int, rng: np.random.Generator) -> int:
-    """A uniformly drawn non-empty document other than d (never d itself)."""
-    j = int(rng.integers(len(nonempty) - 1))
-    own = int(np.searchsorted(nonempty, d))  # d's place among the non-empty documents
-    return int(nonempty[j + (j >= own)])
+        for i in range(len(made))
+    ]
 
 
 def truncate_seq_pair(tokens_a: np.ndarray, tokens_b: np.ndarray, max_num_tokens: int,
@@ -253,16 +168,10 @@ def truncate_seq_pair(tokens_a: np.ndarray, tokens_b: np.ndarray, max_num_tokens
     Removing from either end avoids biasing pairs towards their beginnings; taking from the
     longer side keeps both sides non-empty whenever max_num_tokens >= 2.
     """
-    a0, a1, b0, b1 = 0, len(tokens_a), 0, len(tokens_b)
-    excess = a1 + b1 - max_num_tokens
-    if excess > 0:
-        front = rng.random(excess) < 0.5
-        for f in front:
-            if a1 - a0 >= b1 - b0:
-                a0, a1 = (a0 + 1, a1) if f else (a0, a1 - 1)
-            else:
-                b0, b1 = (b0 + 1, b1) if f else (b0, b1 - 1)
-    return tokens_a[a0:a1], tokens_b[b0:b1]
+    la, lb = pairs.truncated_lengths(len(tokens_a), len(tokens_b), max_num_tokens)
+    a0 = int(rng.binomial(len(tokens_a) - la, 0.5))
+    b0 = int(rng.binomial(len(tokens_b) - lb, 0.5))
+    return tokens_a[a0:a0 + la], tokens_b[b0:b0 + lb]
 
 
 def pair_features(instance: Instance, max_seq_length: int, cls_id: int, sep_id: int,
@@ -292,40 +201,43 @@ def pair_features(instance: Instance, max_seq_length: int, cls_id: int, sep_id: 
 # A corpus's examples, shard by shard.
 
 
-def _encode_all(tokenizer, documents: Sequence[Sequence[str]], chunk: int = 4096):
-    """Token-id arrays per sentence per document, through encode_batch where it exists."""
-    flat = [s for doc in documents for s in doc]
-    encode_batch = getattr(tokenizer, "encode_batch", None)
-    ids = []
-    for i in range(0, len(flat), chunk):
-        texts = flat[i:i + chunk]
-        ids.extend(encode_batch(texts) if encode_batch else [tokenizer.encode(t) for t in texts])
-    out, k = [], 0
-    for doc in documents:
-        out.append([np.asarray(x, np.int32) for x in ids[k:k + len(doc)]])
-        k += len(doc)
-    return out
-
-
 def encode_documents(tokenizer, documents: Sequence[Sequence[str]],
-                     source: str = "documents") -> list[list[np.ndarray]]:
-    """Token ids per non-empty sentence per document, checked to make NSP pairs.
+                     source: str = "documents", chunk: int = 4096) -> pairs.FlatDocuments:
+    """Token ids of every non-empty sentence, flat (pairs.flatten), checked to make NSP pairs.
 
     Args:
-      tokenizer: the common tokenizer interface (encode, optional encode_batch).
+      tokenizer: the common tokenizer interface (encode, optional encode_batch or
+        encode_flat).
       documents: lists of sentences (zoo.data.readers.sources.load_documents).
       source: names the corpus in error messages.
+      chunk: sentences per encode_batch call.
 
     Raises:
       DataError: if no document has two sentences or there are fewer than two documents.
     """
-    docs = _as_arrays(_encode_all(tokenizer, documents))
-    _check_pairable(docs, source)
-    return docs
+    sentences = [s for doc in documents for s in doc]
+    counts = [len(doc) for doc in documents]
+    encode_flat = getattr(tokenizer, "encode_flat", None)
+    if encode_flat is not None:
+        return pairs.from_lengths(*encode_flat(sentences), counts, source)
+    encode_batch = getattr(tokenizer, "encode_batch", None)
+    ids = []
+    for i in range(0, len(sentences), chunk):
+        texts = sentences[i:i + chunk]
+        ids.extend(encode_batch(texts) if encode_batch else [tokenizer.encode(t) for t in texts])
+    docs, k = [], 0
+    for n in counts:
+        docs.append(ids[k:k + n])
+        k += n
+    return pairs.flatten(docs, source)
 
 
 def word_start_table(tokenizer) -> np.ndarray:
-    """bool [vocab_size]: tokenizer.is_word_start(id) for every id (special ids included)."""
+    """bool [vocab_size]: tokenizer.is_word_start(id) for every id (special ids included), from
+    the tokenizer's `word_starts()` when it has one."""
+    whole = getattr(tokenizer, "word_starts", None)
+    if whole is not None:
+        return np.array(whole(), dtype=bool)
     return np.array([bool(tokenizer.is_word_start(i)) for i in range(tokenizer.vocab_size)],
                     dtype=bool)
 
@@ -345,14 +257,15 @@ def stored_features(settings: Settings) -> dict[str, tuple[type, str]]:
     return {**PAIR_FEATURES, **({} if settings.dynamic_masking else MLM_FEATURES)}
 
 
-def shard_examples(docs: list[list[np.ndarray]], settings: Settings, shard: int, tokenizer,
-                   word_starts: np.ndarray, source: str = "documents") -> dict[str, np.ndarray]:
+def shard_examples(docs: pairs.FlatDocuments, settings: Settings, shard: int, tokenizer,
+                   word_starts: np.ndarray) -> dict[str, np.ndarray]:
     """The examples of one shard: pairs (and, static, masks) from one piece of the corpus.
 
-    Makes `settings.dupe_factor` passes over `docs` (the piece's documents; a random B comes
-    from another document of the same piece, as the reference does within one input file), each
-    from its own rng seeded by (settings.seed, shard, pass): the result depends on nothing but
-    the arguments, so shards can be made in any order, by any process.
+    Makes `settings.dupe_factor` passes of pairs over `docs` (the piece's documents; a random B
+    comes from another document of the same piece, as the reference does within one input
+    file), each pass's pairs and (static) masks from rngs seeded by (settings.seed, shard, pass):
+    the result depends on nothing but the arguments, so shards can be made in any order, by any
+    process.
 
     Args:
       docs: from `encode_documents`.
@@ -360,40 +273,30 @@ def shard_examples(docs: list[list[np.ndarray]], settings: Settings, shard: int,
       shard: the shard's index (seeds its rngs).
       tokenizer: gives cls_id, sep_id, pad_id, vocab_size, mask_id and special_ids.
       word_starts: `word_start_table(tokenizer)`.
-      source: names the piece in error messages.
 
     Returns:
       feature name -> array [num_examples, *shape] for every `stored_features(settings)`,
       rows shuffled by an rng seeded by (settings.seed, shard).
     """
-    nonempty = _check_pairable(docs, source)
-    spec = masking_spec(settings, tokenizer)
-    names = stored_features(settings)
-    shape = feature_shapes(settings)
-    passes = []
-    for dupe in range(settings.dupe_factor):
-        rng = np.random.default_rng([settings.seed, shard, dupe])
-        instances = _create(docs, nonempty, rng, settings.max_seq_length,
-                            settings.short_seq_prob, range(len(docs)))
-        # Rows go straight into arrays: a list of per-row dicts costs ~10x the memory.
-        arrays = {k: np.zeros((len(instances), *shape[dims]), dtype)
-                  for k, (dtype, dims) in PAIR_FEATURES.items()}
-        for i, inst in enumerate(instances):
-            row = pair_features(inst, settings.max_seq_length, tokenizer.cls_id,
-                                tokenizer.sep_id, tokenizer.pad_id)
-            for k in PAIR_FEATURES:
-                arrays[k][i] = row[k]
-        if not settings.dynamic_masking:
-            # Static masks the way dynamic ones are drawn (a batch at a time, row r from a key
-            # of its own), keyed by (seed, shard, pass, r) instead of (seed, epoch, index).
-            keys = masking_keys(settings.seed, (shard << 16) | dupe, np.arange(len(instances)))
-            arrays.update(mask_batch(arrays["input_ids"], keys, spec, word_starts))
-        passes.append({k: arrays[k].astype(names[k][0], copy=False) for k in names})
+    spec, length = masking_spec(settings, tokenizer), settings.max_seq_length
+    passes = [pairs.make_pairs(docs, np.random.default_rng([settings.seed, shard, dupe]),
+                               length, settings.short_seq_prob)
+              for dupe in range(settings.dupe_factor)]
+    made = pairs.Pairs.concatenate(passes)
     # Rows in a seeded random order, as the reference shuffles its instances: a run of
     # consecutive rows (what training reads from a bucket in one request) is then a random
-    # sample of the shard, not consecutive pieces of one document.
+    # sample of the shard, not consecutive pieces of one document. Pairs and mask draws are
+    # shuffled before the rows are laid out and masked: a few numbers a row, not its features.
     order = np.random.default_rng([settings.seed, shard, _SHUFFLE_STREAM]).permutation(
-        sum(len(p["next_sentence_labels"]) for p in passes))
-    # Feature by feature, each pass's array dropped once copied: the peak is the shard plus one
-    # feature, not two shards (preparation memory is per worker, on hosts of hundreds of cores).
-    return {k: np.concatenate([p.pop(k) for p in passes])[order] for k in names}
+        len(made))
+    arrays = pairs.layout(docs.tokens, made.take(order), length, tokenizer.cls_id,
+                          tokenizer.sep_id, tokenizer.pad_id)
+    if not settings.dynamic_masking:
+        # Static masks: the batch masker's rules, each pass's draws at once from an rng of
+        # (seed, shard, pass), so another dupe_factor leaves the earlier passes' rows as they are.
+        draws = [pass_draws(np.random.default_rng([settings.seed, shard, dupe, _MASK_STREAM]),
+                            len(p), length, spec) for dupe, p in enumerate(passes)]
+        draws = {k: np.concatenate([d[k] for d in draws])[order] for k in draws[0]}
+        arrays.update(mask_pass(arrays["input_ids"], draws, spec, word_starts))
+    return {k: arrays[k].astype(dtype, copy=False)
+            for k, (dtype, _) in stored_features(settings).items()}
