@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 
 import pytest
 
@@ -56,6 +57,18 @@ def test_ids_equal_hugging_face_gpt2_tokenizer(directory, reference):
         assert ours.encode(text) == reference.encode(text), text
     assert ours.vocab_size == len(reference)
     assert ours.eos_id == ours.bos_id == reference.convert_tokens_to_ids(gpt2_bpe.ENDOFTEXT)
+
+
+def test_random_text_equals_hugging_face_and_the_offsets_path(directory, reference):
+    # encode looks pieces up in a cache, encode_with_offsets walks bytes: both against HF.
+    ours = tokenizers.load_tokenizer(directory)
+    rng = random.Random(0)
+    alphabet = list("the quick brown fox 's'll 12 3.5 $€ ,;!?\t\n  éü東😀-_") + ["'s", " 's"]
+    for _ in range(500):
+        text = "".join(rng.choices(alphabet, k=rng.randint(0, 25)))
+        want = reference.encode(text)
+        assert ours.encode(text) == want, repr(text)
+        assert ours.encode_with_offsets(text)[0] == want, repr(text)
 
 
 def test_decode_round_trips_every_text_and_drops_endoftext(directory):

@@ -74,6 +74,20 @@ class GPT2Tokenizer:
         if missing:
             raise DataError(f"{source}: vocab.json lacks {len(missing)} of the 256 byte "
                             f"symbols (e.g. {missing[0]!r}); a byte-level vocabulary needs all")
+        self._make_caches()
+
+    def _make_caches(self) -> None:
+        # Pre-tokenised pieces (mostly words with their leading space) repeat throughout a
+        # corpus: encode looks each one up once per instance.
+        self._piece_ids = functools.lru_cache(maxsize=1 << 17)(self._piece_ids_uncached)
+
+    def __getstate__(self) -> dict:
+        # Pickled for preparation worker processes: the cache (bound to this instance) stays.
+        return {k: v for k, v in self.__dict__.items() if k != "_piece_ids"}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._make_caches()
 
     @classmethod
     def from_directory(cls, directory: str) -> "GPT2Tokenizer":
@@ -148,7 +162,15 @@ class GPT2Tokenizer:
         return ids, offsets
 
     def encode(self, text: str) -> list[int]:
-        return self.encode_with_offsets(text)[0]
+        """encode_with_offsets' ids, piece by cached piece (merges never cross pieces)."""
+        ids = []
+        for piece in _PIECES.findall(text):
+            ids.extend(self._piece_ids(piece))
+        return ids
+
+    def _piece_ids_uncached(self, piece: str) -> tuple[int, ...]:
+        chars = "".join(self._byte_to_char[b] for b in piece.encode("utf-8"))
+        return tuple(self._encoder[symbol] for symbol in self._bpe(chars))
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [self.encode(t) for t in texts]
