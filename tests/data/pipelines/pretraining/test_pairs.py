@@ -2,6 +2,7 @@
 statements of the same rules: the one-token-at-a-time truncation, one pair's layout
 (examples.pair_features), and static masks' Floyd sampling against exact subset counts."""
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -53,6 +54,25 @@ def test_layout_of_a_pass_equals_each_pairs_own(corpus, tok):
         for k, v in want.items():
             np.testing.assert_array_equal(got[k][i], v, err_msg=f"{k} of pair {i}")
             assert got[k].dtype == v.dtype
+
+
+@pytest.mark.parametrize("documents", [None, [7, 2, 30, 5, 0, 31]])
+def test_documents_in_numpy_rounds_equal_documents_one_at_a_time(documents, monkeypatch):
+    # Documents of 1 to 60 sentences (one-sentence ones and long ones), short targets too.
+    rng = np.random.default_rng(1)
+    docs = [[list(range(rng.integers(1, 30))) for _ in range(rng.integers(1, 60))]
+            for _ in range(32)]
+    flat = pairs.flatten(docs)
+    made = {}
+    for mode, least in (("rounds", 0), ("loop", 10**9)):
+        monkeypatch.setattr(pairs, "LOCKSTEP_MIN_DOCUMENTS", least)
+        made[mode] = pairs.make_pairs(flat, np.random.default_rng(2), 32, 0.5, documents)
+    for field in dataclasses.fields(pairs.Pairs):
+        np.testing.assert_array_equal(getattr(made["rounds"], field.name),
+                                      getattr(made["loop"], field.name), err_msg=field.name)
+    order = made["loop"].a_document
+    want = documents or list(range(32))
+    assert [d for d, _ in itertools.groupby(order.tolist())] == want  # in the documents' order
 
 
 def test_a_pass_truncates_to_fit_and_removes_from_both_ends():

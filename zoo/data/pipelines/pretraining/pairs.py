@@ -16,13 +16,14 @@ Deliberate differences from the reference:
     ~60% of the synthetic corpus's pairs NotNext, this keeps the labels at ~50%;
   * a random B never comes from A's own document (the reference gives up after 10 tries).
 
-How a pass runs, fast: where one chunk ends decides where the next
-begins, so the chunks of a document are found by a Python loop, but one over integers only: the
-corpus is one flat token array (FlatDocuments), a chunk's end is a bisection of the cumulative
-sentence lengths, and every random number is drawn in bulk before the loop. What does not steer
-the chain is numpy over the whole pass: a random B's document and sentences, the truncation
-(its final lengths have a closed form; only which end each token leaves from is random, a
-binomial count per side), and the [CLS] A [SEP] B [SEP] layout (`layout`).
+How a pass runs, fast: the corpus is one flat token array (FlatDocuments) and every random
+number is drawn in bulk. Where one chunk ends decides where the next begins, but documents are
+independent: each round of make_pairs finds every document's next chunk at once (a chunk's end
+is a search of the cumulative sentence lengths), and the few long documents left at the end
+finish in a Python loop over integers. What does not steer the chain is numpy over the whole
+pass: a random B's document and sentences, the truncation (its final lengths have a closed
+form; only which end each token leaves from is random, a binomial count per side), and the
+[CLS] A [SEP] B [SEP] layout (`layout`).
 """
 
 from __future__ import annotations
@@ -142,50 +143,109 @@ class Pairs:
         return Pairs(**{f.name: getattr(self, f.name)[rows] for f in dataclasses.fields(self)})
 
 
+# Below this many documents still making chunks, a pass finishes them one at a time: a numpy
+# round per chunk costs ~30 array calls, more than Python's loop over a few documents.
+LOCKSTEP_MIN_DOCUMENTS = 64
+
+
 def make_pairs(flat: FlatDocuments, rng: np.random.Generator, max_seq_length: int,
                short_seq_prob: float, documents: Sequence[int] | None = None) -> Pairs:
     """One pass of sentence pairs from `documents` (default all); a random B may come from any
-    non-empty document but A's own. Every pair fits in max_seq_length - 3 tokens."""
+    non-empty document but A's own. Every pair fits in max_seq_length - 3 tokens.
+
+    Where a chunk ends decides where the next begins, so each document's chunks come one after
+    another; but the documents' chains are independent: every document makes its next chunk
+    in the same numpy round while many are left (long documents finish in a Python loop). A
+    chunk's coin and split point are the draws of the sentence it starts at (no two chunks
+    start at the same one), so both ways give the same pairs.
+    """
     check_max_seq_length(max_seq_length)
     max_num_tokens = max_seq_length - 3  # room for [CLS], [SEP], [SEP]
-    bounds, firsts = flat.bounds_list, flat.first_sentence.tolist()
-    docs = [d for d in (range(len(firsts) - 1) if documents is None else documents)
-            if firsts[d + 1] > firsts[d]]
+    firsts = flat.first_sentence
+    docs = np.arange(len(firsts) - 1) if documents is None else np.asarray(documents, np.int64)
+    docs = docs[firsts[docs + 1] > firsts[docs]]
     # Usually fill the whole sequence (padding is wasted compute); sometimes go shorter so
     # pretraining also sees the short inputs of fine-tuning. A rough target, not a limit.
     short = rng.random(len(docs)) < short_seq_prob
     targets = np.where(short, 2 + (rng.random(len(docs)) * (max_num_tokens - 1)).astype(np.int64),
-                       max_num_tokens).tolist()
-    # A chunk takes at least one sentence, so a pass has at most as many chunks as sentences.
-    most = sum(firsts[d + 1] - firsts[d] for d in docs)
-    coins, splits = (rng.random(most) < 0.5).tolist(), rng.random(most).tolist()
-    rows = []  # (document, target, first, a_end, chunk_end, random_next)
-    k = 0
-    for d, target in zip(docs, targets):
-        s0, s1 = firsts[d], firsts[d + 1]
-        first = s0
-        while first < s1:
-            # The chunk is sentences [first, i]: up to the first that brings it to the target.
-            i = bisect.bisect_left(bounds, bounds[first] + target, first + 1, s1) - 1
-            random_next, split = coins[k], splits[k]
-            k += 1
-            if i == first and not random_next:
-                # A one-sentence chunk cannot be split; the reference then always takes a random
-                # B, which on short documents skews the labels (~60% NotNext on the synthetic
-                # corpus). Pair it with a neighbour instead, so the coin flip stays fair.
-                if i + 1 < s1:
-                    i += 1
-                elif first > s0:
-                    first -= 1
-                else:
-                    random_next = True  # a one-sentence document has no continuation
-            chunk = i + 1 - first
-            a_end = first + (1 if chunk < 2 else 1 + int(split * (chunk - 1)))
-            rows.append((d, target, first, a_end, i + 1, random_next))
-            # Splitting at sentence boundaries (not at an arbitrary token) keeps NSP from being
-            # trivial. A random B leaves the chunk's sentences after A unused: put them back.
-            first = a_end if random_next else i + 1
-    return _finish(flat, rng, max_num_tokens, np.array(rows, np.int64).reshape(-1, 6))
+                       max_num_tokens)
+    coins, splits = rng.random(len(flat.bounds) - 1) < 0.5, rng.random(len(flat.bounds) - 1)
+    chains = _Chains(flat, docs, targets, coins, splits)
+    while len(chains.active) and len(chains.active) >= LOCKSTEP_MIN_DOCUMENTS:
+        chains.round()
+    chains.finish_one_at_a_time()
+    rows = np.concatenate(chains.rows, axis=0) if chains.rows else np.zeros((0, 7), np.int64)
+    # Document order (as given), then chunk order: by the sentence each chunk started at.
+    rows = rows[np.lexsort((rows[:, 6], rows[:, 0]))]
+    rows[:, 0] = docs[rows[:, 0]]
+    return _finish(flat, rng, max_num_tokens, rows[:, :6])
+
+
+class _Chains:
+    """Every document's chain of chunks, advanced a chunk per document per round. A row is
+    (position in docs, target, A's first sentence, A's end, the chunk's end, random B?, the
+    sentence the chunk started at)."""
+
+    def __init__(self, flat, docs, targets, coins, splits):
+        self.flat, self.targets, self.coins, self.splits = flat, targets, coins, splits
+        self.start = flat.first_sentence[docs]
+        self.end = flat.first_sentence[docs + 1]
+        self.first = self.start.copy()  # each chain's next chunk starts here
+        self.active = np.arange(len(docs))
+        self.rows = []
+
+    def round(self) -> None:
+        at = self.active
+        first, end, target = self.first[at], self.end[at], self.targets[at]
+        bounds = self.flat.bounds
+        # The chunk is sentences [first, i]: up to the first that brings it to the target.
+        i = np.clip(np.searchsorted(bounds, bounds[first] + target, side="left"),
+                    first + 1, end) - 1
+        random_next = self.coins[first]
+        # A one-sentence chunk cannot be split; the reference then always takes a random B,
+        # which on short documents skews the labels (~60% NotNext on the synthetic corpus).
+        # Pair it with a neighbour instead (the next sentence, else the previous one), so the
+        # coin flip stays fair; a one-sentence document has no continuation.
+        single = (i == first) & ~random_next
+        take_next = single & (i + 1 < end)
+        take_previous = single & ~take_next & (first > self.start[at])
+        random_next = random_next | (single & ~take_next & ~take_previous)
+        i = i + take_next
+        a_first = first - take_previous
+        chunk = i + 1 - a_first
+        a_end = a_first + np.where(chunk < 2, 1, 1 + (self.splits[first] * (chunk - 1)).astype(
+            np.int64))
+        self.rows.append(np.stack([at, target, a_first, a_end, i + 1, random_next, first], 1))
+        # Splitting at sentence boundaries (not at an arbitrary token) keeps NSP from being
+        # trivial. A random B leaves the chunk's sentences after A unused: put them back.
+        self.first[at] = np.where(random_next, a_end, i + 1)
+        self.active = at[self.first[at] < end]
+
+    def finish_one_at_a_time(self) -> None:
+        """round()'s rule for the documents still active, as a Python loop per document."""
+        if not len(self.active):
+            return
+        bounds, coins, splits = self.flat.bounds_list, self.coins.tolist(), self.splits.tolist()
+        rows = []
+        for a in self.active.tolist():
+            s0, s1, target = int(self.start[a]), int(self.end[a]), int(self.targets[a])
+            first = int(self.first[a])
+            while first < s1:
+                i = bisect.bisect_left(bounds, bounds[first] + target, first + 1, s1) - 1
+                random_next, a_first = coins[first], first
+                if i == first and not random_next:
+                    if i + 1 < s1:
+                        i += 1
+                    elif first > s0:
+                        a_first -= 1
+                    else:
+                        random_next = True
+                chunk = i + 1 - a_first
+                a_end = a_first + (1 if chunk < 2 else 1 + int(splits[first] * (chunk - 1)))
+                rows.append((a, target, a_first, a_end, i + 1, random_next, first))
+                first = a_end if random_next else i + 1
+        self.rows.append(np.array(rows, np.int64).reshape(-1, 7))
+        self.active = self.active[:0]
 
 
 def _finish(flat: FlatDocuments, rng: np.random.Generator, max_num_tokens: int,
