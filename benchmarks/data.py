@@ -22,7 +22,8 @@ per second the model eats. ratio = supply / demand; per_cpu = supply / os.cpu_co
 per_cpu x --host-cpus (a TPU v4 VM host has 240) projects one host's supply.
 
 Preparation (stage 'prepare', benchmarks.data_prepare): MB of text per second turned into
-pretraining shards by 1..N worker processes, and peak memory at 1x and 8x the corpus.
+pretraining shards by 1..N worker processes, and peak memory at 1x and 8x the corpus; stage
+'tokenize': WordPiece alone, zoo's beside Hugging Face's `tokenizers` on the same text.
 
 STAGES maps a stage name to a function (args, progress) -> records.
 
@@ -145,9 +146,10 @@ STAGES: dict[str, Callable] = {
     "pretraining_dynamic": _pretraining(dynamic=True),
     "squad": _squad,
     "prepare": data_prepare.stage,  # MB/s of preparation and its memory (not examples/s)
+    "tokenize": data_prepare.tokenize_stage,  # WordPiece alone: zoo's and Hugging Face's
     "bucket": data_bucket.stage,  # the train iterator from a gs:// bucket vs from local disk
 }
-_OWN_TABLES = ("prepare", "bucket")  # stages with a table of their own
+_OWN_TABLES = ("prepare", "tokenize", "bucket")  # stages with a table of their own
 
 
 # ---------------------------------------------------------------------------------------------
@@ -174,8 +176,10 @@ def _table(records: list[dict], need: dict, args) -> str:
             f"{r['ratio']:.2f} | {r['per_cpu']:,.0f} | {r['projected_host']:,.0f} | "
             f"{r['first_batch_s']:.2f} |")
     prepared = [r for r in records if r["stage"] == "prepare"]
+    tokenized = [r for r in records if r["stage"] == "tokenize"]
     bucket = [r for r in records if r["stage"] == "bucket"]
     return ("\n".join(lines) + "\n" + (data_prepare.table(prepared) if prepared else "")
+            + (data_prepare.tokenize_table(tokenized) if tokenized else "")
             + (data_bucket.table(bucket, need, args.host_cpus) if bucket else ""))
 
 
@@ -270,6 +274,13 @@ def main(argv=None) -> list[dict]:
             print(f"prepare {rec['corpus']} ({rec['corpus_mb']:.1f} MB) workers={rec['workers']:<2}"
                   f" {rec['mb_per_s']:.3f} MB/s  {rec['seconds']:.1f} s  peak RSS "
                   f"{rec['rss_mb']:.0f} MB", flush=True)
+            return
+        if rec["stage"] == "tokenize":
+            hf = (f"Hugging Face {rec['corpus_mb'] / rec['hf_s']:.2f} MB/s (same ids: "
+                  f"{rec['same_ids']})" if rec["hf_s"] else f"Hugging Face {rec['hf_skipped']}")
+            print(f"tokenize {rec['corpus']} ({rec['corpus_mb']:.1f} MB): zoo cold "
+                  f"{rec['corpus_mb'] / rec['zoo_cold_s']:.2f} MB/s, warm "
+                  f"{rec['corpus_mb'] / rec['zoo_warm_s']:.2f} MB/s; {hf}", flush=True)
             return
         rec.update(ratio=rec["examples_per_s"] / need["examples_per_s"],
                    per_cpu=rec["examples_per_s"] / cpus)

@@ -8,6 +8,12 @@ The corpus is the synthetic world written as BERT-format text (1x) and that text
 1's settings (seq 128, 20 predictions, dupe_factor 5, static masks: what configs/bert_pretrain.py
 prepares). Every measurement is a fresh child process (`--child`), so its peak RSS is its own:
 `rss_mb` is the largest of the child and its worker processes (getrusage).
+
+The 'tokenize' stage (`tokenize_stage`) times WordPiece alone on the 1x corpus in one thread
+(what a preparation worker has): zoo's tokenizer cold (a fresh instance) and warm (its cache of
+chunks filled, as in a worker's later shards), beside Hugging Face's `tokenizers` (Rust) with
+the same rules (BertNormalizer, BertPreTokenizer, WordPiece: the tests' reference), whose ids
+must be zoo's.
 """
 
 import argparse
@@ -22,14 +28,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _write_corpus(args) -> dict[str, str]:
-    """1x and 8x BERT-format text files and a vocab.txt in args.cache_dir."""
+    """1x and 8x BERT-format text files and a vocab.txt in args.cache_dir (written once)."""
     from benchmarks.data_corpus import bert_sized_vocab, documents
     from zoo.data.readers import text_files
 
-    docs = documents(args.prepare_entities)
     paths = {"vocab": os.path.join(args.cache_dir, "prepare-vocab.txt"),
              "1x": os.path.join(args.cache_dir, "corpus-1x.txt"),
              "8x": os.path.join(args.cache_dir, "corpus-8x.txt")}
+    if all(os.path.exists(p) for p in paths.values()):
+        return paths
+    docs = documents(args.prepare_entities)
     with open(paths["vocab"], "w", encoding="utf-8") as f:
         f.write("\n".join(bert_sized_vocab(s for d in docs for s in d)) + "\n")
     text_files.write_text_corpus(paths["1x"], docs)
@@ -75,6 +83,64 @@ def stage(args, progress) -> list[dict]:
     return records
 
 
+def tokenize_stage(args, progress) -> list[dict]:
+    paths = _write_corpus(args)
+    # One thread, as a preparation worker has one core: HF's batch encoding would otherwise
+    # spread over every core of the machine.
+    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", RAYON_NUM_THREADS="1")
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.data_prepare", "--tokenize", paths["1x"],
+         paths["vocab"]], cwd=ROOT, capture_output=True, text=True, check=False, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"tokenizing {paths['1x']} failed:\n{done.stderr[-3000:]}")
+    rec = dict(stage="tokenize", corpus="1x", **json.loads(done.stdout.strip().splitlines()[-1]))
+    progress(rec)
+    return [rec]
+
+
+def tokenize_table(records: list[dict]) -> str:
+    lines = ["", "## Tokenizing (WordPiece alone, one thread, the 1x corpus)", "",
+             "| tokenizer | seconds | MB/s |", "|---|---:|---:|"]
+    for r in records:
+        rows = [("zoo, cold (a new instance)", r["zoo_cold_s"]),
+                ("zoo, warm (its cache of chunks filled)", r["zoo_warm_s"])]
+        rows.append(("Hugging Face tokenizers (Rust WordPiece, the same rules)", r["hf_s"])
+                    if r["hf_s"] is not None else None)
+        for name, seconds in filter(None, rows):
+            lines.append(f"| {name} | {seconds:.2f} | {r['corpus_mb'] / seconds:.2f} |")
+        lines += ["", f"{r['corpus_mb']:.1f} MB of text, {r['sentences']:,} sentences. "
+                  + (f"Hugging Face's ids equal zoo's: {'yes' if r['same_ids'] else 'NO'}."
+                     if r["hf_s"] is not None else f"Hugging Face: {r['hf_skipped']}")]
+    return "\n".join(lines) + "\n"
+
+
+def _tokenize_child(corpus: str, vocab: str) -> None:
+    from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
+
+    with open(corpus, encoding="utf-8") as f:
+        lines = [line.strip() for line in f if line.strip()]
+    rec = {"corpus_mb": sum(len(line.encode("utf-8")) for line in lines) / 1e6,
+           "sentences": len(lines)}
+    ours = WordPieceTokenizer.from_vocab_file(vocab)
+    for key in ("zoo_cold_s", "zoo_warm_s"):
+        start = time.perf_counter()
+        ids, _ = ours.encode_flat(lines)
+        rec[key] = time.perf_counter() - start
+    try:
+        import tokenizers as hf
+    except ImportError:
+        rec.update(hf_s=None, same_ids=None, hf_skipped="not installed (the parity extra)")
+    else:
+        theirs = hf.Tokenizer(hf.models.WordPiece.from_file(vocab, unk_token="[UNK]"))
+        theirs.normalizer = hf.normalizers.BertNormalizer(lowercase=True)
+        theirs.pre_tokenizer = hf.pre_tokenizers.BertPreTokenizer()
+        start = time.perf_counter()
+        encoded = theirs.encode_batch(lines, add_special_tokens=False)
+        rec["hf_s"] = time.perf_counter() - start
+        rec["same_ids"] = [i for e in encoded for i in e.ids] == ids.tolist()
+    print(json.dumps(rec))
+
+
 def table(records: list[dict]) -> str:
     lines = ["", "## Preparation (BERT-base phase 1 settings, WordPiece, static masks x5)", "",
              "| corpus | MB of text | workers | seconds | MB/s | speed-up vs 1 worker | "
@@ -113,6 +179,11 @@ def _child(corpus: str, vocab: str, workers: int, shard_mb: float, out: str) -> 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--child", nargs=5, metavar=("CORPUS", "VOCAB", "WORKERS", "SHARD_MB",
-                                                      "OUT"), required=True)
-    c = parser.parse_args().child
-    _child(c[0], c[1], int(c[2]), float(c[3]), c[4])
+                                                      "OUT"))
+    parser.add_argument("--tokenize", nargs=2, metavar=("CORPUS", "VOCAB"))
+    parsed = parser.parse_args()
+    if parsed.tokenize:
+        _tokenize_child(*parsed.tokenize)
+    else:
+        c = parsed.child
+        _child(c[0], c[1], int(c[2]), float(c[3]), c[4])

@@ -71,6 +71,17 @@ def test_prepare_stage_reports_mb_per_s_and_memory_at_1x_and_8x(tmp_path):
            f"{eight['rss_mb'] / one['rss_mb']:.2f}" in table
 
 
+def test_tokenize_stage_times_zoo_beside_hugging_face_on_the_same_ids(tmp_path):
+    pytest.importorskip("tokenizers")
+    done = _quick(tmp_path, "tokenize", 120)
+    (rec,) = [json.loads(x) for x in (tmp_path / "data.jsonl").read_text().splitlines()][1:]
+    assert rec["stage"] == "tokenize" and rec["same_ids"] is True and rec["sentences"] > 100
+    assert min(rec["zoo_cold_s"], rec["zoo_warm_s"], rec["hf_s"]) > 0
+    assert f"zoo cold {rec['corpus_mb'] / rec['zoo_cold_s']:.2f} MB/s" in done.stdout
+    table = (tmp_path / "data.md").read_text()
+    assert "## Tokenizing" in table and "Hugging Face's ids equal zoo's: yes" in table
+
+
 def test_bucket_stage_reads_each_hosts_share_in_place_and_counts_it_from_the_log(tmp_path):
     # A tiny directory, 30 ms per request, 1 and 4 simulated hosts: ~15 s.
     _quick(tmp_path, "bucket", 180)
