@@ -3,8 +3,7 @@
 `loss_fn(params, batch, rng, train) -> dict of sums` comes from the task; it must include
 `loss_sum` and `weight_sum`. The optimised objective is loss_sum / weight_sum over the whole
 global batch, so neither sharding the batch nor accumulating it in micro-batches changes the
-update: micro-batch gradients of the *sum* are added and divided once by the total weight (one
-batch differentiates loss_sum / weight_sum itself).
+update: micro-batch gradients of the *sum* are added and divided once by the total weight.
 """
 
 import dataclasses
@@ -108,23 +107,18 @@ def make_train_step(
     if grad_accum_steps < 1:
         raise ConfigError(f"config.train.grad_accum_steps must be >= 1, got {grad_accum_steps}")
 
-    def sum_grads(params, batch, rng, mean=False):
-        def objective(p):
+    def sum_grads(params, batch, rng):
+        def loss_sum(p):
             sums = loss_fn(p, batch, rng, True)
-            if mean:
-                # The weights are data, not parameters: d(loss_sum / W) = d(loss_sum) / W, and
-                # differentiated this way the 1/W scales the backward's first cotangent instead
-                # of taking a pass of its own over every gradient afterwards.
-                return sums["loss_sum"] / _denominator(sums), sums
             return sums["loss_sum"], sums
 
-        (_, sums), grads = jax.value_and_grad(objective, has_aux=True)(params)
+        (_, sums), grads = jax.value_and_grad(loss_sum, has_aux=True)(params)
         return grads, sums
 
     def train_step(state: TrainState, batch: dict[str, jax.Array]):
         rng = dropout_rng.step_key(state.rng, state.step, dropout_generator)
         if grad_accum_steps == 1:
-            grads, sums = sum_grads(state.params, batch, rng, mean=True)
+            grads, sums = sum_grads(state.params, batch, rng)
         else:
             micro = _micro_batches(batch, grad_accum_steps)
 
@@ -139,9 +133,9 @@ def make_train_step(
             (grads, sums), _ = jax.lax.scan(
                 accumulate, zeros, (jnp.arange(grad_accum_steps), micro)
             )
-            # Divide once by the total token weight of the whole global batch.
-            grads = jax.tree.map(lambda g: g / _denominator(sums), grads)
-        denominator = _denominator(sums)
+        # Divide once by the total token weight of the whole global batch.
+        denominator = jnp.maximum(sums["weight_sum"], 1.0)
+        grads = jax.tree.map(lambda g: g / denominator, grads)
         grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(sums["loss_sum"]) & jnp.isfinite(grad_norm)
         loss = sums["loss_sum"] / denominator
@@ -179,11 +173,6 @@ def make_train_step(
         return new_state, metrics
 
     return train_step
-
-
-def _denominator(sums: dict[str, jax.Array]) -> jax.Array:
-    """The token weight the objective is averaged over (1 for a batch of padding only)."""
-    return jnp.maximum(jax.lax.stop_gradient(sums["weight_sum"]), 1.0)
 
 
 def make_eval_step(loss_fn: LossFn):
