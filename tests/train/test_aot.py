@@ -1,11 +1,14 @@
 """Compiling for TPU slices this machine does not have: slice names, the executed-FLOP count,
 and the compile command (the real TPU compiler, where libtpu is installed)."""
 
+import collections
+import dataclasses
 import subprocess
 import sys
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from benchmarks import step as bench_step
@@ -49,6 +52,57 @@ def test_libtpu_describes_each_slice(name, devices, kind):
 def test_a_bad_slice_name_says_what_is_accepted(name, says):
     with pytest.raises(ConfigError, match=says):
         topologies.parse(name)
+
+
+def test_several_slices_of_one_type():
+    two = topologies.parse("v5e-256", 2)
+    assert (two.devices, two.devices_per_slice, two.label) == (512, 256, "2 x v5e-256")
+    assert topologies.parse("v5e-16").label == "v5e-16"
+    with pytest.raises(ConfigError, match="--num_slices=2"):
+        topologies.parse("v5e-512")
+
+
+@pytest.mark.parametrize("count", [0, -1, 1.5, True])
+def test_a_bad_number_of_slices_names_the_flag(count):
+    with pytest.raises(ConfigError, match="--num_slices"):
+        topologies.parse("v5e-16", count)
+
+
+@dataclasses.dataclass(frozen=True)
+class _SliceDevice:  # what jax's hybrid mesh reads of a (TPU) device
+    id: int
+    slice_index: int
+    platform: str = "cpu"
+    device_kind: str = "cpu"
+
+
+def _two_slices(per_slice=4):  # slice by slice interleaved, as no caller should rely on
+    return [_SliceDevice(100 * s + i, s) for i in range(per_slice) for s in (1, 0)]
+
+
+def test_a_mesh_over_two_slices_keeps_each_slice_together_along_data():
+    devices = _two_slices()
+    grid = partitioning.device_grid([4, 2, 1], devices)
+    assert grid.shape == (4, 2, 1)
+    slices = np.vectorize(lambda d: d.slice_index)(grid)
+    assert (slices[:2] == 0).all() and (slices[2:] == 1).all()
+    assert sorted(d.id for d in grid.flat) == sorted(d.id for d in devices)
+
+
+@pytest.mark.parametrize("layout", [(1, -1, 1), (1, 2, 4), (-1, 8, 1)])
+def test_fsdp_or_tensor_across_slices_is_a_config_error(layout):
+    with pytest.raises(ConfigError, match=r"multiple of 2.*config\.mesh\.data=-1"):
+        partitioning.make_mesh(*layout, devices=_two_slices())
+
+
+@needs_libtpu
+def test_libtpu_describes_two_slices_and_the_mesh_spans_them_with_data():
+    devices = topologies.compile_only_devices(topologies.parse("v5e-8", 2))
+    assert collections.Counter(d.slice_index for d in devices) == {0: 8, 1: 8}
+    mesh = partitioning.make_mesh(-1, 2, 1, devices=devices)
+    assert dict(mesh.shape) == {"data": 8, "fsdp": 2, "tensor": 1}
+    slices = np.vectorize(lambda d: d.slice_index)(mesh.devices)
+    assert (slices[:4] == 0).all() and (slices[4:] == 1).all()
 
 
 def test_without_libtpu_one_line_says_how_to_install_it(monkeypatch):
@@ -105,6 +159,18 @@ def test_the_compile_command_reports_memory_flops_and_collectives(tmp_path):
     assert "executed (matmuls, remat included: HFU)" in out
     assert "all-reduce" in out  # data parallel: the gradients
     assert "ENTRY" in (tmp_path / "step.hlo").read_text()
+    assert "Traceback" not in result.stderr and "WARNING" not in result.stderr
+
+
+@needs_libtpu
+def test_the_compile_command_over_two_slices_says_what_crosses_them(tmp_path):
+    result = _compile_command(tmp_path, "--topology=v5e-4", "--num_slices=2")
+    assert result.returncode == 0, result.stderr[-2000:]
+    out = result.stdout
+    assert "for 2 x v5e-4 (8 x v5e, 2 slices of 4" in out and "'data': 8" in out
+    [line] = [x for x in out.splitlines() if x.startswith("  across slices:")]
+    assert "GB/s DCN per chip" in line
+    assert "DCN MiB" in out.split("  across slices:")[1]  # the crossing collectives' table
     assert "Traceback" not in result.stderr and "WARNING" not in result.stderr
 
 

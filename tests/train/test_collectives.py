@@ -16,9 +16,13 @@ P parameters, a global batch of B x T tokens:
   activation: after the attention output and the MLP output projections (forward), before the
   q/k/v and the MLP input projections (their input gradients, backward).
 * no collective inside an attention loop (blockwise attention's block loops), on any layout.
+* across two slices (Multislice, data parallel across them): only the gradient reduction
+  crosses, P elements; each device sends over the DCN its share of it (the hierarchical
+  all-reduce: a 1/m piece, m devices per slice); nothing of the forward or backward does.
 """
 
 import collections
+import typing
 
 import jax
 import numpy as np
@@ -31,8 +35,8 @@ from zoo.train import aot, collectives, partitioning, program
 LAYERS, HIDDEN, HEADS, MLP, VOCAB, SEQ, BATCH = 2, 128, 8, 512, 256, 64, 16
 
 
-def _config(layout, backend="einsum"):
-    config = bench_step.job_config("bert", "tiny", SEQ, BATCH, "float32")
+def _config(layout, backend="einsum", dtype="float32", batch=BATCH):
+    config = bench_step.job_config("bert", "tiny", SEQ, batch, dtype)
     config.model.update(num_layers=LAYERS, hidden_size=HIDDEN, num_heads=HEADS,
                         intermediate_size=MLP, dropout_rate=0.0, attention_dropout_rate=0.0,
                         backend=backend, attention_block=16)
@@ -41,8 +45,15 @@ def _config(layout, backend="einsum"):
     return config
 
 
-def _compile(layout, devices, backend="einsum"):
-    """The job's train step compiled on `devices`: (collectives, P, P_f)."""
+class Compiled(typing.NamedTuple):
+    found: list  # the collectives
+    params: int  # P
+    fsdp_sharded: int  # P_f
+    text: str  # the compiled program
+
+
+def _compile(layout, devices, backend="einsum") -> Compiled:
+    """The job's train step compiled on `devices`."""
     config = _config(layout, backend)
     task = bench_step.make_task("bert", config, VOCAB)
     mesh = partitioning.make_mesh(*layout, devices=devices)
@@ -52,7 +63,7 @@ def _compile(layout, devices, backend="einsum"):
     leaves = jax.tree.leaves(state.params)
     params = sum(x.size for x in leaves)
     fsdp_sharded = sum(x.size for x in leaves if "fsdp" in jax.tree.leaves(tuple(x.sharding.spec)))
-    return collectives.collectives(text), params, fsdp_sharded
+    return Compiled(collectives.collectives(text), params, fsdp_sharded, text)
 
 
 def _elements(found, kinds, where=lambda c: True) -> float:
@@ -97,11 +108,11 @@ def cpu_program(request):
 
 def test_each_layout_sends_what_first_principles_say(cpu_program):
     layout, compiled = cpu_program
-    CHECKS[layout](*compiled)
+    CHECKS[layout](*compiled[:3])
 
 
 def test_no_collective_runs_inside_an_attention_loop():
-    found, _, _ = _compile((4, 1, 2), jax.devices()[:8], backend="blockwise")
+    found = _compile((4, 1, 2), jax.devices()[:8], backend="blockwise").found
     inside = [c for c in found if c.inside("attention")]
     assert not inside, [(c.kind, c.dtype, c.executions, c.op_name) for c in inside[:3]]
 
@@ -116,7 +127,7 @@ def test_the_tensor_check_fails_on_separate_qkv_projections(monkeypatch):
                 for k, b in projections]
 
     monkeypatch.setattr(attention, "_fused_qkv", separate)
-    found, params, _ = _compile((1, 1, 8), jax.devices()[:8])
+    found, params, _, _ = _compile((1, 1, 8), jax.devices()[:8])
     with pytest.raises(AssertionError):
         _check_tensor(found, params, None)
     assert _per_layer_activation_reductions(found) > 1.2 * MEGATRON
@@ -128,7 +139,7 @@ def test_the_tpu_compiler_sends_what_first_principles_say(layout):
     from zoo.train import topologies
 
     devices = topologies.compile_only_devices(topologies.parse("v5e-8"))
-    found, params, fsdp_sharded = _compile(layout, devices)
+    found, params, fsdp_sharded, _ = _compile(layout, devices)
     if layout == (1, 8, 1):
         # The TPU compiler reduce-scatters FSDP-sharded gradients (half an all-reduce's bytes),
         # though it folds some small ones (embeddings) into a combined all-reduce; and it
@@ -212,3 +223,140 @@ def test_the_tpu_compilers_loops_and_fused_reduce_scatter_are_read():
     assert scatter.bytes == 256 * 128 * 4  # the whole gradient, reduced once
     assert scatter.wire_bytes == pytest.approx(7 / 8 * 256 * 128 * 4)
     assert scatter.inside("encoder") and not scatter.inside("attention")
+
+
+# The 8 devices as two slices of 4 in the order make_mesh lays a hybrid mesh (the data axis
+# outermost, each slice's devices contiguous): positions 0-3 one slice, 4-7 the other.
+TWO_SLICES = [i // 4 for i in range(8)]
+
+
+def test_across_two_slices_each_layout_sends_what_first_principles_say(cpu_program):
+    """Data parallel across the slices sends the gradients across and nothing else; FSDP or
+    tensor parallelism across them (which make_mesh refuses) would send the weights or the
+    activations, and the audit sees them."""
+    layout, compiled = cpu_program
+    found = collectives.collectives(compiled.text, slice_of=TWO_SLICES)
+    crossing = [c for c in found if c.crosses_slices]
+    if layout == (8, 1, 1):
+        assert {c.kind for c in crossing} == {"all-reduce"}
+        assert _elements(crossing, GRADIENTS) == pytest.approx(compiled.params, rel=0.1)
+        # Each device sends 2 (s-1)/s of a quarter of the f32 gradients: P x 4 / 4 bytes.
+        assert collectives.dcn_bytes_per_execution(found) == pytest.approx(
+            compiled.params, rel=0.1)
+    elif layout == (1, 8, 1):
+        assert _elements(crossing, ("all-gather",)) >= 0.9 * compiled.fsdp_sharded
+    else:
+        assert _per_layer_activation_reductions(crossing) == pytest.approx(MEGATRON, rel=0.1)
+
+
+# Replica groups in each form XLA prints, on two slices of 4 (TWO_SLICES).
+_GROUPS_TEXT = """\
+HloModule m, num_partitions=8
+
+ENTRY %main (a: f32[8]) -> f32[8] {
+  %a = f32[8]{0} parameter(0)
+  %in = f32[8]{0} all-reduce(%a), channel_id=1, replica_groups={{0,1,2,3},{4,5,6,7}}, to_apply=%add
+  %across = f32[8]{0} all-reduce(%a), channel_id=2, replica_groups={{0,4},{1,5},{2,6},{3,7}}, to_apply=%add
+  %iota.in = f32[8]{0} all-reduce(%a), channel_id=3, replica_groups=[2,4]<=[8], to_apply=%add
+  %iota.across = f32[8]{0} all-reduce(%a), channel_id=4, replica_groups=[4,2]<=[2,4]T(1,0), to_apply=%add
+  %mesh.in = f32[8]{0} all-reduce(%a), channel_id=5, replica_groups=mesh['axis_0'=4,'axis_1'=2], device_ids=([2,4]T(1,0)) {'axis_0'}, use_global_device_ids=true, to_apply=%add
+  %mesh.across = f32[8]{0} all-reduce(%a), channel_id=6, replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_0'}, use_global_device_ids=true, to_apply=%add
+  %permute.across = f32[8]{0} collective-permute(%a), channel_id=7, source_target_pairs={{0,1},{3,4}}
+  ROOT %permute.in = f32[8]{0} collective-permute(%a), channel_id=8, source_target_pairs={{0,1},{5,6}}
+}
+"""
+
+
+def test_replica_groups_in_every_form_are_attributed_to_slices():
+    found = {c.name: c for c in collectives.collectives(_GROUPS_TEXT, slice_of=TWO_SLICES)}
+    assert {name: c.slices for name, c in found.items()} == {
+        "in": 1, "across": 2, "iota.in": 1, "iota.across": 2, "mesh.in": 1, "mesh.across": 2,
+        "permute.across": 2, "permute.in": 1}
+    assert [found[n].group_size for n in ("mesh.in", "mesh.across")] == [4, 2]
+    # 2 (s-1)/s of the 32-byte array over the m = group / s devices of a slice in a group (1)
+    assert found["across"].dcn_bytes == 32
+    assert found["in"].dcn_bytes == 0
+    # A program of one slice's devices (the TPU compiler's, below): its groups are that
+    # slice's, whatever they say.
+    one_slice = _GROUPS_TEXT.replace("num_partitions=8", "num_partitions=4")
+    assert not any(c.crosses_slices for c in collectives.collectives(one_slice, TWO_SLICES))
+
+
+# The TPU compiler's program for one slice of 2 x v5e-4, trimmed: a gradient reduce-scattered
+# within the slice, its quarter sent to the other slice (an all-reduce over the DCN); a
+# weight's piece gathered across slices; an all-to-all over both slices' 8 devices.
+_DCN_TEXT = """\
+HloModule jit_train_step, is_scheduled=true, num_partitions=4
+
+ENTRY %main (g: f32[256,128], w: f32[16,128]) -> f32[64,128] {
+  %g = f32[256,128]{1,0} parameter(0)
+  %w = f32[16,128]{1,0:T(8,128)} parameter(1)
+  %reduce-scatter.19 = f32[64,128]{1,0:T(8,128)} reduce-scatter(%g), channel_id=1, replica_groups={{0,1,2,3}}, dimensions={0}, use_global_device_ids=true, to_apply=%add, metadata={op_name="jit(train_step)/transpose(jvp(BertForPreTraining))/bert/encoder/layer_0/mlp/wi/dot_general"}
+  %bitcast.9 = f32[8,8,128]{2,1,0:T(8,128)} bitcast(%reduce-scatter.19)
+  %after-all.4 = token[] after-all()
+  %send.4 = (f32[8,8,128]{2,1,0:T(8,128)}, u32[], token[]) send(%bitcast.9, %after-all.4), channel_id=11, is_host_transfer=true, frontend_attributes={_xla_host_transfer_handler_name="xla_megascale_runtime",_xla_host_transfer_rendezvous="all-reduce.47_0",_xla_megascale_reduce_operation="SUM",_xla_megascale_target="{1,2}x{0:3}",_xla_megascale_transfer_type="ALL_REDUCE"}, backend_config={"aggregated_send_recv_config":{"status":"AGGREGATE_STATUS_DEFER"}}
+  %send-done.4 = token[] send-done(%send.4), channel_id=11, is_host_transfer=true, frontend_attributes={_xla_host_transfer_handler_name="xla_megascale_runtime"}
+  %recv.4 = (f32[8,8,128]{2,1,0:T(8,128)}, u32[], token[]) recv(%after-all.4), channel_id=10, is_host_transfer=true, frontend_attributes={_xla_host_transfer_handler_name="xla_megascale_runtime",_xla_host_transfer_rendezvous="all-reduce.47_0",_xla_megascale_reduce_operation="SUM",_xla_megascale_target="{1,2}x{0:3}",_xla_megascale_transfer_type="ALL_REDUCE"}
+  %send.14 = (f32[16,128]{1,0:T(8,128)}, u32[], token[]) send(%w, %after-all.4), channel_id=9, is_host_transfer=true, frontend_attributes={_xla_host_transfer_handler_name="xla_megascale_runtime",_xla_host_transfer_rendezvous="all-gather.142_0",_xla_megascale_target="{1,2}x{0:3}",_xla_megascale_transfer_type="ALL_GATHER"}
+  %send.2 = (f32[8,4,64,16]{2,3,1,0:T(8,128)}, u32[], token[]) send(%g, %after-all.4), channel_id=27, is_host_transfer=true, frontend_attributes={_xla_host_transfer_handler_name="xla_megascale_runtime",_xla_host_transfer_rendezvous="all-to-all_0",_xla_megascale_target={{100000,100001,100003,100002,200000,200001,200003,200002}},_xla_megascale_transfer_type="ALL_TO_ALL"}
+  ROOT %out = f32[64,128]{1,0} get-tuple-element(%recv.4), index=0
+}
+"""
+
+
+def test_the_tpu_compilers_cross_slice_sends_are_read():
+    found = {c.name: c for c in collectives.collectives(_DCN_TEXT, slice_of=TWO_SLICES)}
+    assert set(found) == {"reduce-scatter.19", "send.4", "send.14", "send.2"}
+    scatter, reduce, gather, exchange = (found[n] for n in (
+        "reduce-scatter.19", "send.4", "send.14", "send.2"))
+    assert not scatter.crosses_slices and not scatter.dcn_transfer
+    assert (reduce.kind, reduce.dtype, reduce.bytes, reduce.group_size, reduce.slices) == (
+        "all-reduce", "f32", 64 * 128 * 4, 2, 2)
+    assert reduce.dcn_transfer and reduce.dcn_bytes == 64 * 128 * 4  # 2 (2-1)/2 of it
+    assert reduce.op_name.endswith("layer_0/mlp/wi/dot_general")  # from the reduce-scatter
+    # A gather's send holds its own piece: the array is both slices' pieces, half sent.
+    assert (gather.kind, gather.bytes, gather.dcn_bytes) == ("all-gather", 2 * 16 * 128 * 4,
+                                                             16 * 128 * 4)
+    assert (exchange.kind, exchange.group_size, exchange.slices) == ("all-to-all", 8, 2)
+    # The DCN's bytes are not ICI's.
+    assert collectives.wire_bytes_per_execution(list(found.values())) == scatter.wire_bytes
+    assert collectives.dcn_bytes_per_execution(list(found.values())) == pytest.approx(
+        reduce.dcn_bytes + gather.dcn_bytes + exchange.dcn_bytes)
+
+
+@needs_libtpu
+def test_two_tpu_slices_send_each_other_only_the_gradients():
+    """BERT (bf16 compute, f32 parameters) data parallel on 2 x v5e-4, beside one v5e-4 with
+    the same rows per device: the same per-device memory and FLOPs; across slices only the
+    TPU compiler's DCN transfers, each an all-reduce of f32 (a gradient or the loss sums: an
+    activation would be bf16) outside any loop; every gradient element leaves each slice at
+    least once (the slice's 4 devices send >= P bytes, f32) and no device sends more than
+    the whole gradient (the compiler sends some small gradients whole from every device
+    instead of a quarter: ~0.4 P per device here)."""
+    from zoo.commands import compile as compile_command
+    from zoo.train import topologies
+
+    steps = {}
+    for count in (1, 2):
+        config = _config((-1, 1, 1), dtype="bfloat16", batch=8 * count)
+        task = bench_step.make_task("bert", config, VOCAB)
+        steps[count] = aot.compile_train_step(task, config, topologies.parse("v5e-4", count))
+    one, two = steps[1], steps[2]
+    assert two.mesh_shape == {"data": 8, "fsdp": 1, "tensor": 1}
+    assert two.executed_flops == one.executed_flops
+    assert two.total_bytes == pytest.approx(one.total_bytes, rel=0.1)
+    assert one.cross_slice == [] and one.dcn_bytes == 0
+
+    crossing = two.cross_slice
+    assert crossing and all(c.dcn_transfer for c in crossing)
+    assert {(c.kind, c.dtype) for c in crossing} == {("all-reduce", "f32")}
+    assert not [c for c in crossing if c.loops]
+    _, (state, _) = program.abstract_train_step(
+        task, config, partitioning.make_mesh(1, 1, 1, devices=jax.devices()[:1]))
+    gradient = 4 * sum(x.size for x in jax.tree.leaves(state.params))
+    sent = collectives.bytes_per_execution(crossing)
+    assert gradient <= 4 * sent and sent <= gradient, (sent, gradient)
+
+    text = compile_command.report(two, config)
+    assert "for 2 x v5e-4 (8 x v5e, 2 slices of 4" in text
+    assert f"across slices: {len(crossing)} collectives" in text and "GB/s DCN" in text

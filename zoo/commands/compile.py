@@ -5,10 +5,12 @@
 
 prints per device the memory the step needs against the chip's HBM, the FLOPs it runs, and
 every collective of the partitioned program (kind, count, bytes, groups, loops, source op);
-exits 1 with one line naming the config keys to change when the step does not fit. Needs
-libtpu (the tpu extra): pip install "jax[tpu]==<your jax version>". The job's task is built
-as train.py builds it (its data prepared in --workdir if not cached), so the vocabulary and
-batch are the run's own.
+with --num_slices=N (Multislice: N slices joined by the data-center network, the mesh's data
+axis across them) also each collective that crosses slices, the bytes each device sends over
+the DCN and their time at its bandwidth. Exits 1 with one line naming the config keys to
+change when the step does not fit. Needs libtpu (the tpu extra): pip install
+"jax[tpu]==<your jax version>". The job's task is built as train.py builds it (its data
+prepared in --workdir if not cached), so the vocabulary and batch are the run's own.
 """
 
 import collections
@@ -29,6 +31,9 @@ _TOPOLOGY = flags.DEFINE_string(
     "topology", None, "the TPU slice, as Cloud TPU names it: v4-8 ... v4-4096, v5p-8 ..., "
     "v5e-1 ... v5e-256, v6e-1 ... v6e-256")
 _HLO = flags.DEFINE_string("hlo", None, "also write the compiled per-device program here")
+_NUM_SLICES = flags.DEFINE_integer(
+    "num_slices", 1, "how many such slices the job spans (Multislice: joined by the data-center "
+    "network; config.mesh.data spans them, data parallel across slices)")
 flags.mark_flag_as_required("topology")
 
 
@@ -42,28 +47,38 @@ def _short(op_name: str) -> str:
     return text if len(text) <= 60 else "..." + text[-57:]
 
 
-def collective_table(found) -> list[str]:
-    """One line per (kind, dtype, group, loops, source op): count, runs per step, bytes."""
+def collective_table(found, dcn: bool = False) -> list[str]:
+    """One line per (kind, dtype, group, loops, source op): count, runs per step, bytes (with
+    `dcn`, also the bytes each device sends to other slices, and how many slices a group
+    spans)."""
     groups = collections.defaultdict(list)
     for c in found:
-        loops = " > ".join(f"{_short(loop.op_name)}x{loop.trip_count or '?'}" for loop in c.loops)
-        groups[(c.kind, c.dtype, c.group_size, loops or "-", _short(c.op_name))].append(c)
+        # (the TPU compiler's multislice program keeps no op name on the layer scan's loop)
+        loops = " > ".join(f"{_short(loop.op_name) if loop.op_name else '(loop)'}"
+                           f"x{loop.trip_count or '?'}" for loop in c.loops)
+        key = (c.kind, c.dtype, c.group_size, c.slices, loops or "-", _short(c.op_name))
+        groups[key].append(c)
+    extra = f" {'DCN MiB':>9} {'slices':>6}" if dcn else ""
     lines = [f"    {'kind':<18} {'dtype':<5} {'count':>5} {'runs/step':>9} {'MiB/step':>9} "
-             f"{'group':>5}  loops; op"]
-    for (kind, dtype, size, loops, op), members in sorted(
+             f"{'group':>5}{extra}  loops; op"]
+    for (kind, dtype, size, slices, loops, op), members in sorted(
             groups.items(), key=lambda kv: -sum(c.bytes * (c.executions or 1) for c in kv[1])):
         runs = sum(c.executions or 1 for c in members)
         mib = sum(c.bytes * (c.executions or 1) for c in members) / 2**20
+        sent = sum(c.dcn_bytes * (c.executions or 1) for c in members) / 2**20
+        extra = f" {sent:>9.2f} {slices:>6}" if dcn else ""
         lines.append(f"    {kind:<18} {dtype:<5} {len(members):>5} {runs:>9} {mib:>9.2f} "
-                     f"{size:>5}  {loops}; {op}")
+                     f"{size:>5}{extra}  {loops}; {op}")
     return lines
 
 
 def report(step: aot.CompiledStep, config) -> str:
-    chip = step.slice.chip
+    chip, tpu_slice = step.slice.chip, step.slice
+    slices = (f"{tpu_slice.num_slices} slices of {tpu_slice.devices_per_slice}, "
+              if tpu_slice.num_slices > 1 else "")
     lines = [
-        f"compiled {config.task} for {step.slice.name} ({step.slice.devices} x {chip.name}, "
-        f"{chip.hbm_bytes / GIB:.1f} GiB HBM each) on mesh {step.mesh_shape} in "
+        f"compiled {config.task} for {tpu_slice.label} ({tpu_slice.devices} x {chip.name}, "
+        f"{slices}{chip.hbm_bytes / GIB:.1f} GiB HBM each) on mesh {step.mesh_shape} in "
         f"{step.compile_seconds:.0f} s",
         f"  per device: arguments {step.argument_bytes / GIB:.3f} GiB, outputs "
         f"{step.output_bytes / GIB:.3f} GiB ({step.alias_bytes / GIB:.3f} written over donated "
@@ -77,11 +92,19 @@ def report(step: aot.CompiledStep, config) -> str:
         f"(ring), {step.communication_seconds() * 1e3:.1f} ms at {chip.ici_bytes_per_s / 1e9:.0f}"
         f" GB/s ICI",
     ]
-    return "\n".join(lines + collective_table(step.collectives))
+    lines += collective_table(step.collectives)
+    if tpu_slice.num_slices > 1:
+        crossing = step.cross_slice
+        lines.append(
+            f"  across slices: {len(crossing)} collectives, {step.dcn_bytes / 2**20:.1f} MiB sent "
+            f"per device per step, {step.dcn_seconds() * 1e3:.1f} ms at "
+            f"{chip.dcn_bytes_per_s / 1e9:.2f} GB/s DCN per chip")
+        lines += collective_table(crossing, dcn=True) if crossing else []
+    return "\n".join(lines)
 
 
 def main(config, workdir):
-    tpu_slice = topologies.parse(_TOPOLOGY.value)
+    tpu_slice = topologies.parse(_TOPOLOGY.value, _NUM_SLICES.value)
     config = recipe.resolve(config)
     task = jobs.make_task(config, workdir)
     step = aot.compile_train_step(task, config, tpu_slice)

@@ -5,7 +5,9 @@ of the slice's compile-only devices (zoo.train.topologies) and compiled by the T
 libtpu: what comes back is what a pod would run. From it: per-device memory (XLA's own
 accounting of arguments, outputs, donated buffers and temporaries), the collectives of the
 partitioned program (zoo.train.collectives), and the matmul FLOPs the step executes
-(zoo.train.flops) beside the model's own count.
+(zoo.train.flops) beside the model's own count. Over several slices the mesh's data axis spans
+them (zoo.train.partitioning.make_mesh); what crosses slices is reported apart, at the DCN's
+bandwidth.
 """
 
 import contextlib
@@ -59,8 +61,19 @@ class CompiledStep:
 
     @property
     def collective_bytes(self) -> float:
-        """Bytes each device sends per step with ring algorithms (Collective.wire_bytes)."""
+        """Bytes each device sends over ICI per step with ring algorithms
+        (Collective.wire_bytes)."""
         return collectives_lib.wire_bytes_per_execution(self.collectives)
+
+    @property
+    def cross_slice(self) -> list[collectives_lib.Collective]:
+        """The collectives that cross slices (none on one slice)."""
+        return [c for c in self.collectives if c.crosses_slices]
+
+    @property
+    def dcn_bytes(self) -> float:
+        """Bytes each device sends to other slices per step (Collective.dcn_bytes)."""
+        return collectives_lib.dcn_bytes_per_execution(self.collectives)
 
     def compute_seconds(self, mfu: float = 0.5) -> float:
         """The step's time at `mfu` of the chip's dense bf16 peak (the model's FLOPs)."""
@@ -71,10 +84,16 @@ class CompiledStep:
         and the time that is exposed if nothing overlaps it with compute."""
         return self.collective_bytes / self.slice.chip.ici_bytes_per_s
 
+    def dcn_seconds(self) -> float:
+        """The cross-slice bytes at the chip's share of its host's DCN bandwidth: a lower
+        bound, exposed unless overlapped with compute (the backward pass, for gradients)."""
+        return self.dcn_bytes / self.slice.chip.dcn_bytes_per_s if self.dcn_bytes else 0.0
+
 
 def compile_train_step(task, config: ml_collections.ConfigDict,
                        tpu_slice: topologies.Slice) -> CompiledStep:
-    """Compiles `task`'s train step under `config` (its mesh sizes and rules) for `tpu_slice`.
+    """Compiles `task`'s train step under `config` (its mesh sizes and rules) for `tpu_slice`
+    (all its slices: the config's data axis spans them).
 
     Raises:
       DoesNotFitError: the TPU compiler found the step too big for the chips' HBM.
@@ -97,7 +116,7 @@ def compile_train_step(task, config: ml_collections.ConfigDict,
             # The TPU compiler refuses a program whose buffers exceed HBM, saying by how much.
             detail = str(e).split("RESOURCE_EXHAUSTED:", 1)[1].strip().splitlines()[0]
             raise DoesNotFitError(
-                f"{config.task} does not fit {tpu_slice.name} on mesh {dict(mesh.shape)}: the "
+                f"{config.task} does not fit {tpu_slice.label} on mesh {dict(mesh.shape)}: the "
                 f"TPU compiler says: {detail} Change {memory_advice(config)}") from None
         executed = flops_lib.count_jaxpr(traced.jaxpr)
     seconds = time.perf_counter() - began
@@ -112,7 +131,8 @@ def compile_train_step(task, config: ml_collections.ConfigDict,
         temp_bytes=float(memory.temp_size_in_bytes),
         executed_flops=executed / mesh.size,
         model_flops=contract.flops_per_token(task) * task.tokens_per_batch() / mesh.size,
-        collectives=collectives_lib.collectives(hlo),
+        collectives=collectives_lib.collectives(
+            hlo, slice_of=[getattr(d, "slice_index", 0) for d in mesh.devices.flat]),
         compile_seconds=seconds, hlo=hlo, bytes_accessed=float(cost.get("bytes accessed", 0.0)))
 
 

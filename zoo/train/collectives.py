@@ -13,11 +13,22 @@ command can print it.
 XLA:CPU (fake devices) and the TPU compiler both print this form; they differ in what they
 do after partitioning (the TPU compiler fuses, makes collectives async, may combine several
 small all-reduces into one tuple-shaped one), which changes counts but not bytes.
+
+Across slices (TPU Multislice), given the slice of each of the program's devices: a program
+of every slice's devices (XLA:CPU's) names devices in replica groups by their place in the
+device assignment (the mesh's devices in order), so each group's slices are looked up. The
+TPU compiler instead compiles one slice's program (num_partitions = its devices, groups
+local to the slice) and hands what crosses slices to the DCN runtime as host-transfer
+`send`s tagged `_xla_megascale_transfer_type` (ALL_REDUCE, ALL_GATHER, ...): one device's
+share of a collective between slices, usually the piece of an all-reduce left after a
+reduce-scatter within the slice (a hierarchical all-reduce).
 """
 
 import dataclasses
 import math
 import re
+
+import numpy as np
 
 # Element sizes of the HLO primitive types a train step uses (pred is stored as a byte).
 _DTYPE_BYTES = {
@@ -35,6 +46,12 @@ _CALLEES = re.compile(
 _BRANCHES = re.compile(r"branch_computations=\{([^}]*)\}")
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
+_MEGASCALE_TYPE = re.compile(r'_xla_megascale_transfer_type="(\w+)"')
+_MEGASCALE_TARGET = re.compile(r'_xla_megascale_target=("[^"]*"|\{\{[\d,]*\}(?:,\{[\d,]*\})*\})')
+# The DCN runtime's transfer types as collective kinds; ONE_TO_ONE and anything else is a
+# point-to-point send of its buffer.
+_MEGASCALE_KINDS = {"ALL_REDUCE": "all-reduce", "ALL_GATHER": "all-gather",
+                    "REDUCE_SCATTER": "reduce-scatter", "ALL_TO_ALL": "all-to-all"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +81,31 @@ class Collective:
     op_name: str  # the JAX op it came from ('' when XLA made it, e.g. a combined all-reduce)
     loops: tuple[Loop, ...]  # the while loops around it, outermost first
     name: str  # the HLO instruction
+    slices: int = 1  # slices one of its groups spans (> 1: it crosses the DCN)
+    dcn_transfer: bool = False  # the TPU compiler's cross-slice send (group_size = slices)
+
+    @property
+    def crosses_slices(self) -> bool:
+        return self.slices > 1
+
+    @property
+    def dcn_bytes(self) -> float:
+        """Bytes each device sends to other slices per execution, with the hierarchical
+        algorithm (the TPU compiler's: within each slice a group's m devices split the array
+        S over ICI, and each sends its 1/m over the DCN in a ring over the s slices):
+        all-reduce 2 (s-1)/s S/m, all-gather and reduce-scatter (s-1)/s S/m; all-to-all
+        (s-1)/s of its buffer; a permute its buffer (a bound when only some pairs cross). A
+        DCN transfer is one device's share already (m = 1)."""
+        s = self.slices
+        if s <= 1:
+            return 0.0
+        if self.kind == "collective-permute":
+            return float(self.bytes)
+        if self.kind == "all-to-all":
+            return (s - 1) / s * self.bytes
+        per_slice = max(self.group_size // s, 1)
+        factor = 2.0 if self.kind == "all-reduce" else 1.0
+        return factor * (s - 1) / s * self.bytes / per_slice
 
     @property
     def executions(self) -> int | None:
@@ -95,21 +137,124 @@ def _array_shapes(type_text: str) -> list[tuple[str, tuple[int, ...]]]:
             for dtype, dims in _ARRAY.findall(type_text) if dtype in _DTYPE_BYTES]
 
 
+# Replica groups in mesh form: the mesh's axes, optionally its device ids (iota form or a
+# list; iota over the mesh when absent), then the axes each group spans, e.g.
+# "mesh['axis_0'=4,'axis_1'=2], device_ids=([2,4]T(1,0)) {'axis_0'}".
+_MESH_GROUPS = (r"mesh\[([^\]]*)\](?:,\s*device_ids=\((\[[\d,]+\](?:T\([\d,]+\))?|[\d,]+)\))?"
+                r"\s*\{([^}]*)\}")
+
+
 def _group_size(line: str) -> tuple[int, str]:
-    match = re.search(r"replica_groups=(mesh\[[^\]]*\]\s*\{[^}]*\}|\[[\d,]+\]<=\[[\d,]+\]"
+    match = re.search(rf"replica_groups=({_MESH_GROUPS}|\[[\d,]+\]<=\[[\d,]+\]"
                       r"(?:T\([\d,]+\))?|\{(?:\{[\d,]*\},?)*\})", line)
     if match is None:
         # collective-permute has source_target_pairs instead: a pair of devices.
         return 2, ""
     text = match.group(1)
     if text.startswith("mesh["):
-        sizes = dict(re.findall(r"'(\w+)'=(\d+)", text.split("]")[0]))
-        axes = re.findall(r"'(\w+)'", text.split("]", 1)[1])
+        sizes = dict(re.findall(r"'(\w+)'=(\d+)", match.group(2)))
+        axes = re.findall(r"'(\w+)'", match.group(4))
         return math.prod(int(sizes[a]) for a in axes), text
     if text.startswith("["):  # iota form [groups, size]<=[devices]
         return int(text[1:].split("]")[0].split(",")[-1]), text
     first = re.search(r"\{([\d,]*)\}", text[1:])
     return (len([x for x in first.group(1).split(",") if x]) if first else 1), text
+
+
+def _iota(shape: list[int], dims: list[int], perm) -> np.ndarray:
+    ids = np.arange(math.prod(dims)).reshape(dims)
+    return (ids.transpose(perm) if perm else ids).reshape(shape)
+
+
+def _groups(text: str) -> list[list[int]]:
+    """The device ids of each replica group as printed: explicit ('{{0,1},{2,3}}' or a
+    permute's source_target_pairs), iota form ('[2,4]<=[4,2]T(1,0)': iota over the dims,
+    transposed, rows of the first shape) or mesh form (_MESH_GROUPS: one group per position
+    on the axes not listed)."""
+    iota = re.fullmatch(r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?", text)
+    if iota:
+        shape, dims = ([int(x) for x in g.split(",")] for g in iota.groups()[:2])
+        perm = [int(x) for x in iota.group(3).split(",")] if iota.group(3) else None
+        return _iota([shape[0], -1], dims, perm).tolist()
+    mesh = re.fullmatch(_MESH_GROUPS, text)
+    # (sub-axes, 'x':(1)2, are not read)
+    if mesh and ":" not in mesh.group(3):
+        axes = re.findall(r"'(\w+)'=(\d+)", mesh.group(1))
+        names, sizes = [a for a, _ in axes], [int(n) for _, n in axes]
+        ids = mesh.group(2) or f"[{math.prod(sizes)}]"
+        listed = re.fullmatch(r"\[([\d,]+)\](?:T\(([\d,]+)\))?", ids)
+        if listed:
+            dims = [int(x) for x in listed.group(1).split(",")]
+            perm = [int(x) for x in listed.group(2).split(",")] if listed.group(2) else None
+            devices = _iota(sizes, dims, perm)
+        else:
+            devices = np.array([int(x) for x in ids.split(",")]).reshape(sizes)
+        grouped = [names.index(a) for a in re.findall(r"'(\w+)'", mesh.group(3))]
+        order = [i for i in range(len(names)) if i not in grouped] + grouped
+        size = math.prod(sizes[i] for i in grouped)
+        return devices.transpose(order).reshape(-1, size).tolist()
+    if text.startswith("{"):
+        return [[int(x) for x in group.split(",") if x]
+                for group in re.findall(r"\{([\d,]*)\}", text[1:-1])]
+    raise ValueError(f"collectives: replica groups {text!r} are in a form whose devices this "
+                     "reader does not expand, so it cannot say which slices they span")
+
+
+def _slices_spanned(line: str, groups: str, slice_of) -> int:
+    if not groups:  # collective-permute: every (source, target) pair is a group of two
+        pairs = re.search(r"source_target_pairs=(\{(?:\{[\d,]*\},?)*\})", line)
+        groups = pairs.group(1) if pairs else ""
+    return max((len({slice_of[i] for i in group}) for group in _groups(groups) if group),
+               default=1) if groups else 1
+
+
+def _devices_in_program(hlo_text: str) -> int:
+    header = hlo_text.split("\n", 1)[0]
+    counts = [re.search(rf"\b{key}=(\d+)", header) for key in ("num_partitions", "replica_count")]
+    return math.prod(int(c.group(1)) for c in counts if c)
+
+
+def _source_op(line: str, by_name: dict[str, str], hops: int = 3) -> str:
+    """The op a DCN send's buffer comes from: the TPU compiler's sends carry no metadata, so
+    the nearest producer within `hops` that does (e.g. the reduce-scatter of a gradient, named
+    after its dot_general's transpose) names it; '' if none does."""
+    frontier = [line]
+    for _ in range(hops + 1):
+        following = []
+        for text in frontier:
+            op_name = _OP_NAME.search(text)
+            if op_name and text is not line:
+                return op_name.group(1)
+            instruction = _INSTRUCTION.match(text)
+            operands = instruction.group(4).split(")", 1)[0] if instruction else ""
+            following += [by_name[o] for o in re.findall(r"%([\w.\-]+)", operands)
+                          if o in by_name]
+        frontier = following
+    return ""
+
+
+def _dcn_transfer(line: str, name: str, type_text: str, op_name: str, loops,
+                  num_slices: int | None) -> Collective:
+    """A `send` the TPU compiler hands to the DCN runtime, as the collective it is a share of."""
+    transfer = _MEGASCALE_TYPE.search(line).group(1)
+    kind = _MEGASCALE_KINDS.get(transfer, "collective-permute")
+    target = _MEGASCALE_TARGET.search(line)
+    target_text = target.group(1).strip('"') if target else ""
+    # '{1,2}x{0:3}': slices 1 and 2, each device with its peer in the other; or every
+    # device id of the group ('{{100000,...}}', an all-to-all over all slices' devices).
+    listed = re.match(r"\{([\d,]+)\}x", target_text)
+    slices = len(listed.group(1).split(",")) if listed else (num_slices or 2)
+    ids = re.fullmatch(r"\{\{([\d,]*)\}\}", target_text)
+    size = len(ids.group(1).split(",")) if ids else slices
+    arrays = _array_shapes(type_text)[:1]  # (buffer, u32 context, token)
+    buffer = int(sum(math.prod(dims) * _DTYPE_BYTES[dtype] for dtype, dims in arrays))
+    # The send holds the device's own piece of an all-gather (the whole is `slices` pieces)
+    # and the whole array of the other kinds.
+    whole = buffer * slices if kind == "all-gather" else buffer
+    return Collective(kind=kind, dtype=arrays[0][0] if arrays else "",
+                      shapes=tuple(dims for _, dims in arrays), bytes=whole, group_size=size,
+                      replica_groups=f"DCN {transfer} {target_text}", op_name=op_name,
+                      loops=loops, name=name, slices=slices, dcn_transfer=True)
 
 
 def _trip_count(while_line: str, computations: dict[str, list[str]]) -> int | None:
@@ -136,8 +281,13 @@ def array_bytes(kind: str, result_bytes: int, group_size: int, fused: bool = Fal
     return result_bytes * group_size if kind == "reduce-scatter" and not fused else result_bytes
 
 
-def collectives(hlo_text: str) -> list[Collective]:
-    """Every collective of the per-device program `hlo_text`, with the loops around it."""
+def collectives(hlo_text: str, slice_of=None) -> list[Collective]:
+    """Every collective of the per-device program `hlo_text`, with the loops around it.
+
+    `slice_of[i]` is the slice of the program's device i (the compiled function's devices in
+    their order: a mesh's `devices.flat`); with it, each collective says how many slices its
+    groups span (`slices`), and the TPU compiler's cross-slice sends are collectives too.
+    """
     computations: dict[str, list[str]] = {}
     entry, current = None, None
     for line in hlo_text.splitlines():
@@ -177,7 +327,12 @@ def collectives(hlo_text: str) -> list[Collective]:
                     loops_of[callee] = around
                     pending.append(callee)
 
-    found = []
+    # Groups name the program's devices: all slices' when it holds them all (XLA:CPU); one
+    # slice's when the TPU compiler made a program per slice (then no group crosses).
+    num_slices = len(set(slice_of)) if slice_of is not None else None
+    whole_program = bool(num_slices and num_slices > 1
+                         and _devices_in_program(hlo_text) == len(slice_of))
+    found, producers = [], {}
     for computation, lines in computations.items():
         if computation not in loops_of:
             continue  # not reachable from ENTRY (XLA keeps some dead clones)
@@ -186,6 +341,14 @@ def collectives(hlo_text: str) -> list[Collective]:
             if instruction is None:
                 continue
             name, type_text, opcode, _ = instruction.groups()
+            if opcode == "send" and "_xla_megascale_transfer_type" in line:
+                if computation not in producers:  # instruction name -> line, once
+                    producers[computation] = {m.group(1): text for text in lines
+                                              for m in [_INSTRUCTION.match(text)] if m}
+                found.append(_dcn_transfer(line, name, type_text,
+                                           _source_op(line, producers[computation]),
+                                           loops_of[computation], num_slices))
+                continue
             kind = opcode[:-len("-start")] if opcode.endswith("-start") else opcode
             if kind not in KINDS:
                 continue
@@ -211,7 +374,8 @@ def collectives(hlo_text: str) -> list[Collective]:
                 bytes=array_bytes(kind, result_bytes, size, fused=opcode == "all-reduce"),
                 group_size=size,
                 replica_groups=groups, op_name=op_name.group(1) if op_name else "",
-                loops=loops_of[computation], name=name))
+                loops=loops_of[computation], name=name,
+                slices=_slices_spanned(line, groups, slice_of) if whole_program else 1))
     return found
 
 
@@ -222,5 +386,11 @@ def bytes_per_execution(found: list[Collective], kinds=KINDS) -> float:
 
 
 def wire_bytes_per_execution(found: list[Collective]) -> float:
-    """What each device sends in one execution with ring algorithms (Collective.wire_bytes)."""
-    return float(sum(c.wire_bytes * (c.executions or 1) for c in found))
+    """What each device sends over ICI in one execution with ring algorithms
+    (Collective.wire_bytes; the TPU compiler's DCN transfers are not ICI's)."""
+    return float(sum(c.wire_bytes * (c.executions or 1) for c in found if not c.dcn_transfer))
+
+
+def dcn_bytes_per_execution(found: list[Collective]) -> float:
+    """What each device sends to other slices in one execution (Collective.dcn_bytes)."""
+    return float(sum(c.dcn_bytes * (c.executions or 1) for c in found))

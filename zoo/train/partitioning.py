@@ -80,7 +80,13 @@ def rules_from_config(rules, key: str = "config.mesh.rules") -> tuple[tuple[str,
 
 
 def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices=None) -> jax.sharding.Mesh:
-    """A (data, fsdp, tensor) mesh; one of the sizes may be -1 to take the remaining devices."""
+    """A (data, fsdp, tensor) mesh; one of the sizes may be -1 to take the remaining devices.
+
+    Devices of several slices (TPU Multislice: each device's `slice_index`) make a hybrid mesh:
+    the data axis spans the slices (data parallelism across slices, the only traffic the slow
+    data-center network then carries is the gradient reduction) and within each slice the mesh
+    is laid on its torus as for one slice; see device_grid.
+    """
     devices = jax.devices() if devices is None else devices
     sizes = [data, fsdp, tensor]
     n = len(devices)
@@ -101,6 +107,8 @@ def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices=None) -> j
         )
     # Auto axis types: Linen's logical constraints rely on the sharding-in-types 'Auto' mode.
     axis_types = (jax.sharding.AxisType.Auto,) * len(MESH_AXES)
+    if num_slices(devices) > 1:
+        return jax.sharding.Mesh(device_grid(sizes, devices), MESH_AXES, axis_types=axis_types)
     try:
         return jax.make_mesh(tuple(sizes), MESH_AXES, axis_types=axis_types, devices=devices)
     except NotImplementedError:
@@ -111,6 +119,44 @@ def make_mesh(data: int = -1, fsdp: int = 1, tensor: int = 1, devices=None) -> j
         grid = mesh_utils.create_device_mesh(tuple(sizes), devices,
                                              allow_split_physical_axes=True)
         return jax.sharding.Mesh(grid, MESH_AXES, axis_types=axis_types)
+
+
+def num_slices(devices) -> int:
+    """How many slices `devices` come from (TPU Multislice devices carry `slice_index`; any
+    other device is one slice)."""
+    return len({getattr(d, "slice_index", 0) for d in devices})
+
+
+def device_grid(sizes, devices) -> np.ndarray:
+    """The (data, fsdp, tensor) array of `devices` for a mesh over several slices.
+
+    The data axis is split into slices x data-within-a-slice (the DCN part outermost, so the
+    devices of one slice are contiguous along it); fsdp and tensor stay inside a slice, where
+    ICI carries their every-layer traffic (an FSDP or tensor axis across slices would send
+    activations or weights over the DCN in every layer: a few GB/s per chip against ICI's
+    hundreds, zoo.train.chips). jax's create_hybrid_device_mesh lays each slice's part on its
+    torus.
+
+    Raises:
+      ConfigError: config.mesh.data is not a multiple of the number of slices.
+    """
+    slices = num_slices(devices)
+    data, fsdp, tensor = sizes
+    if data % slices:
+        per_slice = len(devices) // slices
+        raise ConfigError(
+            f"mesh: data={data}, fsdp={fsdp}, tensor={tensor} over {slices} slices: the data "
+            f"axis spans the slices (data parallel across them), so it must be a multiple of "
+            f"{slices}, and fsdp and tensor stay within a slice (not offered across slices); "
+            f"set config.mesh.data=-1 (or a multiple of {slices}) with config.mesh.fsdp x "
+            f"config.mesh.tensor dividing the {per_slice} devices of one slice")
+    ici, dcn = (data // slices, fsdp, tensor), (slices, 1, 1)
+    try:
+        return mesh_utils.create_hybrid_device_mesh(ici, dcn, devices)
+    except NotImplementedError:
+        # as in make_mesh: a shape that splits a physical torus axis of the slice
+        return mesh_utils.create_hybrid_device_mesh(ici, dcn, devices,
+                                                    allow_split_physical_axes=True)
 
 
 def logical_sharding(tree, mesh: jax.sharding.Mesh, rules: Sequence = DEFAULT_RULES):

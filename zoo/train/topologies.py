@@ -5,7 +5,10 @@ the hardware: `jax.experimental.topologies.get_topology_desc` returns devices th
 compile for but never run on, so the real TPU compiler checks a pod's program on a laptop
 (MaxText's train_compile and axlearn's aot_compilation do the same). The names follow Cloud
 TPU's accelerator types: v4 and v5p count TensorCores (two per chip, used as one 'megacore'
-device, so v4-32 is 16 devices); v5e and v6e count chips (one TensorCore each).
+device, so v4-32 is 16 devices); v5e and v6e count chips (one TensorCore each). Several slices
+of one type (Cloud TPU Multislice: their chips talk over ICI within a slice and over the
+data-center network, DCN, between slices) are described together the same way, each device
+carrying its `slice_index` (MaxText's compile_topology_num_slices).
 """
 
 import dataclasses
@@ -28,11 +31,20 @@ _TOPOLOGY_PREFIX = {"v4": "v4", "v5p": "v5", "v5e": "v5e", "v6e": "v6e"}
 class Slice:
     name: str  # 'v5e-16'
     chip: chips.Chip
-    shape: tuple[int, ...]  # chips along each torus axis, e.g. (4, 4)
+    shape: tuple[int, ...]  # chips along each torus axis of one slice, e.g. (4, 4)
+    num_slices: int = 1  # slices joined by the DCN (Multislice)
 
     @property
-    def devices(self) -> int:
+    def devices_per_slice(self) -> int:
         return math.prod(self.shape)
+
+    @property
+    def devices(self) -> int:  # all slices'
+        return self.devices_per_slice * self.num_slices
+
+    @property
+    def label(self) -> str:  # 'v5e-16', or '2 x v5e-16' for two slices
+        return self.name if self.num_slices == 1 else f"{self.num_slices} x {self.name}"
 
     @property
     def accelerator_type(self) -> str:  # Cloud TPU's name, which calls v5e 'v5litepod'
@@ -66,8 +78,12 @@ def _torus_shape(chips_count: int, dims: int) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def parse(name: str) -> Slice:
-    """'v5e-256' -> Slice; a ConfigError naming the accepted forms for anything else."""
+def parse(name: str, num_slices: int = 1) -> Slice:
+    """'v5e-256' (and a number of such slices) -> Slice; a ConfigError naming the accepted
+    forms for anything else."""
+    if isinstance(num_slices, bool) or not isinstance(num_slices, int) or num_slices < 1:
+        raise ConfigError(f"--num_slices={num_slices!r}: give the number of {name} slices the "
+                          "job spans, 1 or more (2 for two slices joined by the DCN)")
     family, _, count = name.partition("-")
     if family not in _FAMILIES or not count.isdigit():
         raise ConfigError(
@@ -89,12 +105,13 @@ def parse(name: str) -> Slice:
             f"e.g. {family}-{8 if dims == 3 else 16}") from None
     if dims == 2 and chips_count > 256:
         raise ConfigError(f"--topology={name!r}: a {family} pod has 256 chips; use {family}-256 "
-                          "or fewer (several slices are multislice, not supported here)")
-    return Slice(name, chips.by_name(family), shape)
+                          f"or fewer, and --num_slices={chips_count // 256} for more chips")
+    return Slice(name, chips.by_name(family), shape, num_slices)
 
 
 def compile_only_devices(tpu_slice: Slice) -> list:
-    """The slice's devices, for compiling only (libtpu, no TPU needed).
+    """The slice's devices (every slice's, slice by slice), for compiling only (libtpu, no TPU
+    needed).
 
     Raises:
       ConfigError: libtpu is not installed (with the one install line).
@@ -116,12 +133,14 @@ def compile_only_devices(tpu_slice: Slice) -> list:
 
     _, dims, chip_config = _FAMILIES[tpu_slice.chip.name]
     # Hosts of 2x2(x1) chips; a slice of fewer chips is one host of all of them.
-    per_host = (2, 2, 1) if tpu_slice.devices >= 4 else (*tpu_slice.shape, 1)
+    per_host = (2, 2, 1) if tpu_slice.devices_per_slice >= 4 else (*tpu_slice.shape, 1)
     kwargs = {"chip_config_name": chip_config, "chips_per_host_bounds": per_host}
+    if tpu_slice.num_slices > 1:  # devices of slice i carry slice_index i
+        kwargs["num_slices"] = tpu_slice.num_slices
     description = topologies.get_topology_desc(
         topology_name=tpu_slice.topology_name, platform="tpu", **kwargs)
     devices = list(description.devices)
     if len(devices) != tpu_slice.devices:
-        raise RuntimeError(f"libtpu described {len(devices)} devices for {tpu_slice.name} "
+        raise RuntimeError(f"libtpu described {len(devices)} devices for {tpu_slice.label} "
                            f"({tpu_slice.topology_name}), expected {tpu_slice.devices}")
     return devices
