@@ -42,9 +42,9 @@ from zoo.train.chips import GIB  # noqa: E402
 
 # recipe -> (model, size, seq_len, global batch[, overrides: config.model's keys, or dotted
 # keys of other sections]): configs/bert_pretrain.py's AdamW recipes, GPT-2's 512 x 1024 tokens
-# (also with every layer recomputed: what the table says to try where it does not fit). The
-# threefry rows draw dropout's masks as before rbg became the TPU default: rbg's need more
-# memory on these recipes (the changelog has the figures).
+# (also with every layer recomputed: what the table says to try where it does not fit). The rbg
+# rows draw dropout's masks with rbg, `auto`'s choice for these steps until the TPU compiler
+# showed that every device then draws the whole batch's bits (zoo.train.dropout_rng).
 RECIPES = {
     "BERT-base phase 1": ("bert", "base", 128, 256),
     "BERT-base phase 2": ("bert", "base", 512, 256),
@@ -53,16 +53,16 @@ RECIPES = {
     "GPT-2 124M, remat=full": ("gpt", "124M", 1024, 512, {"remat": "full"}),
     "GPT-2 355M": ("gpt", "355M", 1024, 512),
     "GPT-2 355M, remat=full": ("gpt", "355M", 1024, 512, {"remat": "full"}),
-    "BERT-large phase 2, threefry": ("bert", "large", 512, 256,
-                                     {"train.dropout_rng": "threefry"}),
-    "GPT-2 355M, remat=full, threefry": ("gpt", "355M", 1024, 512,
-                                         {"remat": "full", "train.dropout_rng": "threefry"}),
+    "BERT-large phase 2, rbg": ("bert", "large", 512, 256, {"train.dropout_rng": "rbg"}),
+    "GPT-2 355M, rbg": ("gpt", "355M", 1024, 512, {"train.dropout_rng": "rbg"}),
+    "GPT-2 355M, remat=full, rbg": ("gpt", "355M", 1024, 512,
+                                    {"remat": "full", "train.dropout_rng": "rbg"}),
 }
 SLICES = ("v4-8", "v4-32", "v5e-16", "v5e-256", "v5p-128")
 # Rows beyond the grid: Multislice, the recipes a v5e pod is too small for at the batch.
 MULTISLICE_ROWS = tuple((recipe, "2xv5e-256") for recipe in (
-    "BERT-large phase 2", "BERT-large phase 2, threefry", "GPT-2 355M", "GPT-2 355M, remat=full",
-    "GPT-2 355M, remat=full, threefry"))
+    "BERT-large phase 2", "BERT-large phase 2, rbg", "GPT-2 355M, rbg", "GPT-2 355M, remat=full",
+    "GPT-2 355M, remat=full, rbg"))
 # The dry-run table: (model, size, seq_len, global batch) on v4-32's 16 devices.
 DRY_RUN_MODELS = (("bert", "base", 128, 256), ("bert", "base", 512, 64),
                   ("bert", "large", 512, 64), ("gpt", "124M", 1024, 64),

@@ -2,13 +2,18 @@
 1 - rate of the values, independently per step and per key, and the same again on a rerun; the
 state's key stays threefry; a train step built for an accelerator draws with rbg."""
 
+import re
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
 from benchmarks.step_jobs import build, job_config, make_task
+from tests.libtpu import needs_libtpu
 from zoo.errors import ConfigError
 from zoo.train import dropout_rng, partitioning, program
 
@@ -16,12 +21,35 @@ GENERATORS = ("threefry", "rbg", "unsafe_rbg")
 RATE, SHAPE = 0.1, (512, 1024)
 
 
-@pytest.mark.parametrize("platforms, expected", [
-    (("cpu",), "threefry"), (("tpu",), "rbg"), (("cuda",), "rbg"), (("cpu", "tpu"), "rbg"),
-    ((), "rbg")])
-def test_auto_is_threefry_on_a_cpu_and_rbg_on_accelerators(platforms, expected):
-    assert dropout_rng.generator("auto", platforms) == expected
-    assert dropout_rng.generator("unsafe_rbg", ("cpu",)) == "unsafe_rbg"
+@pytest.mark.parametrize("platforms, devices, expected", [
+    (("cpu",), 1, "threefry"), (("tpu",), 1, "rbg"), (("cuda",), 1, "rbg"),
+    (("cpu", "tpu"), 1, "rbg"), ((), 1, "rbg"), (("tpu",), 8, "threefry"),
+    (("cuda",), 2, "threefry"), (("cpu",), 8, "threefry")])
+def test_auto_is_rbg_on_one_accelerator_and_threefry_elsewhere(platforms, devices, expected):
+    assert dropout_rng.generator("auto", platforms, devices) == expected
+    assert dropout_rng.generator("unsafe_rbg", ("cpu",), 8) == "unsafe_rbg"
+
+
+@needs_libtpu
+@pytest.mark.parametrize("impl", ["rbg", "unsafe_rbg", "threefry2x32"])
+def test_the_tpu_compiler_draws_rbg_bits_for_the_whole_batch_on_every_device(impl):
+    # Why `auto` is threefry across devices: a mask of a batch sharded 8 ways is drawn whole,
+    # u32[64, 128, 256], by each of v5e-8's chips under rbg; threefry draws 1/8 of it on each.
+    from zoo.train import topologies
+
+    devices = topologies.compile_only_devices(topologies.parse("v5e-8"))
+    rows = NamedSharding(Mesh(np.array(devices), ("data",)), PartitionSpec("data"))
+
+    def dropout(x, key_data):
+        keep = jax.random.bernoulli(jax.random.wrap_key_data(key_data, impl=impl), 0.9, x.shape)
+        return jnp.where(keep, x, 0.0)
+
+    key_data = jax.random.key_data(jax.random.key(0, impl=impl))
+    x = jax.ShapeDtypeStruct((64, 128, 256), jnp.float32, sharding=rows)
+    hlo = jax.jit(dropout, out_shardings=rows).lower(
+        x, jax.ShapeDtypeStruct(key_data.shape, key_data.dtype)).compile().as_text()
+    drawn = re.findall(r"(u32\[[\d,]+\])[^=]*rng-bit-generator\(", hlo)
+    assert drawn == ([] if impl == "threefry2x32" else ["u32[64,128,256]"])
 
 
 def test_an_unknown_generator_names_the_key():

@@ -9,6 +9,7 @@ command) or an AbstractMesh of devices that need not exist (export).
 """
 
 import contextlib
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -39,12 +40,15 @@ def jit_train_step(task, optimizer: optax.GradientTransformation,
                    config: ml_collections.ConfigDict, state_sharding, batch_sharding,
                    platforms: tuple[str, ...]):
     """The jitted train_step(state, batch) -> (state, metrics) every caller uses, built for
-    `platforms` (they choose dropout's generator: zoo.train.dropout_rng)."""
+    `platforms` (they and the batch's device count choose dropout's generator:
+    zoo.train.dropout_rng)."""
+    devices = math.prod(batch_sharding.mesh.axis_sizes)
     return jax.jit(
         step.make_train_step(
             task.loss_fn, optimizer, config.train.grad_accum_steps,
             step.spike_guard(config.train.loss_spike),
-            dropout_generator=dropout_rng.generator(config.train.dropout_rng, platforms)),
+            dropout_generator=dropout_rng.generator(config.train.dropout_rng, platforms,
+                                                    devices)),
         in_shardings=(state_sharding, batch_sharding),
         out_shardings=(state_sharding, None),
         donate_argnums=0,  # the old state's buffers are reused for the new one
