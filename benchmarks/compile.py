@@ -61,8 +61,8 @@ RECIPES = {
 SLICES = ("v4-8", "v4-32", "v5e-16", "v5e-256", "v5p-128")
 # Rows beyond the grid: Multislice, the recipes a v5e pod is too small for at the batch.
 MULTISLICE_ROWS = tuple((recipe, "2xv5e-256") for recipe in (
-    "BERT-large phase 2", "BERT-large phase 2, rbg", "GPT-2 355M, rbg", "GPT-2 355M, remat=full",
-    "GPT-2 355M, remat=full, rbg"))
+    "BERT-large phase 2", "BERT-large phase 2, rbg", "GPT-2 355M", "GPT-2 355M, rbg",
+    "GPT-2 355M, remat=full", "GPT-2 355M, remat=full, rbg"))
 # The dry-run table: (model, size, seq_len, global batch) on v4-32's 16 devices.
 DRY_RUN_MODELS = (("bert", "base", 128, 256), ("bert", "base", 512, 64),
                   ("bert", "large", 512, 64), ("gpt", "124M", 1024, 64),
