@@ -72,7 +72,9 @@ def test_prepare_stage_reports_mb_per_s_and_memory_at_1x_and_8x(tmp_path):
 
 
 def test_tokenize_stage_times_zoo_beside_hugging_face_on_the_same_ids(tmp_path):
-    pytest.importorskip("tokenizers")
+    pytest.importorskip("tokenizers", reason="the stage times zoo beside Hugging Face's "
+                        "tokenizers, which the parity extra installs "
+                        "(pip install -e '.[parity]')")
     done = _quick(tmp_path, "tokenize", 120)
     (rec,) = [json.loads(x) for x in (tmp_path / "data.jsonl").read_text().splitlines()][1:]
     assert rec["stage"] == "tokenize" and rec["same_ids"] is True and rec["sentences"] > 100

@@ -54,7 +54,7 @@ def test_the_tpu_compiler_draws_rbg_bits_for_the_whole_batch_on_every_device(imp
 
 def test_an_unknown_generator_names_the_key():
     with pytest.raises(ConfigError, match=r"config.train.dropout_rng='philox'.*auto"):
-        dropout_rng.generator("philox", ("cpu",))
+        dropout_rng.generator("philox", ("cpu",), 1)
 
 
 def _mask(key) -> np.ndarray:

@@ -29,7 +29,7 @@ from zoo.errors import ConfigError
 CHOICES = ("auto", "threefry", "rbg", "unsafe_rbg")
 
 
-def generator(name: str, platforms: Sequence[str], devices: int = 1) -> str:
+def generator(name: str, platforms: Sequence[str], devices: int) -> str:
     """The generator config.train.dropout_rng=`name` means for a program run on `platforms`
     (none named: as on an accelerator) partitioned over `devices` devices.
 

@@ -254,7 +254,7 @@ def mask_batch(input_ids: np.ndarray, keys: np.ndarray, spec: MaskingSpec,
     for b, key in enumerate(keys):
         g = _row_generator(key)
         order[b], u[b], draws[b] = g.random(length), g.random(p), g.integers(m, size=p)
-    maskable, num = _maskable(ids, spec)
+    maskable, n, num = _maskable(ids, spec)
     chosen = _choose_by_order(ids, maskable, num, order, spec, word_start_table)
     return _corrupt(ids, chosen, u, draws, spec)
 
@@ -278,11 +278,11 @@ def mask_pass(input_ids: np.ndarray, draws: dict[str, np.ndarray], spec: Masking
     masking the chosen tokens are a uniform subset drawn by Floyd's algorithm (P steps over
     every row at once) rather than by sorting a draw per position."""
     ids = np.asarray(input_ids, np.int32)
-    maskable, num = _maskable(ids, spec)
+    maskable, n, num = _maskable(ids, spec)
     if spec.whole_word:
         chosen = _choose_by_order(ids, maskable, num, draws["select"], spec, word_start_table)
     else:
-        chosen = _choose_uniform(maskable, num, draws["select"])
+        chosen = _choose_uniform(maskable, n, num, draws["select"])
     return _corrupt(ids, chosen, draws["kind"], draws["replace"], spec)
 
 
@@ -294,8 +294,9 @@ def _draw_sizes(spec: MaskingSpec) -> tuple[int, int]:
         _drawable_check(spec.vocab_size, specials))
 
 
-def _maskable(ids: np.ndarray, spec: MaskingSpec) -> tuple[np.ndarray, np.ndarray]:
-    """bool [B, L] the tokens masking may pick, and int [B] how many each row gets."""
+def _maskable(ids: np.ndarray, spec: MaskingSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """bool [B, L] the tokens masking may pick, int [B] how many each row has and int [B] how
+    many each row gets."""
     special = np.zeros(max(spec.vocab_size, int(ids.max(initial=0)) + 1), bool)
     special[[int(s) for s in spec.special_ids]] = True
     maskable = ~special[ids]
@@ -303,17 +304,17 @@ def _maskable(ids: np.ndarray, spec: MaskingSpec) -> tuple[np.ndarray, np.ndarra
     # np.round halves to even, as Python's round in mask_tokens.
     p = spec.max_predictions_per_seq
     num = np.where(n > 0, np.minimum(p, np.maximum(1, np.round(n * spec.masked_lm_prob))), 0)
-    return maskable, num.astype(np.int64)
+    return maskable, n, num.astype(np.int64)
 
 
-def _choose_uniform(maskable: np.ndarray, num: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Sorted positions [B, P] of a uniform num[b]-subset of each row's maskable positions,
-    padded with L; u [B, P] uniform draws, one per step of Floyd's sampling (for j = n - k ..
-    n - 1 take a rank t uniform in [0, j], or j itself if t is taken: every k-subset of the n
-    ranks equally likely)."""
+def _choose_uniform(maskable: np.ndarray, n: np.ndarray, num: np.ndarray,
+                    u: np.ndarray) -> np.ndarray:
+    """Sorted positions [B, P] of a uniform num[b]-subset of each row's n[b] maskable
+    positions, padded with L; u [B, P] uniform draws, one per step of Floyd's sampling (for
+    j = n - k .. n - 1 take a rank t uniform in [0, j], or j itself if t is taken: every
+    k-subset of the n ranks equally likely)."""
     batch, length = maskable.shape
-    n = maskable.sum(axis=1).astype(np.int32)
-    num = num.astype(np.int32)
+    n, num = n.astype(np.int32), num.astype(np.int32)
     columns = []  # ranks drawn, a [B] column per step (-1 past a row's num)
     for step in range(u.shape[1]):
         j = n - num + step
@@ -348,7 +349,7 @@ def _choose_by_order(ids, maskable, num, order, spec, word_start_table) -> np.nd
     p = spec.max_predictions_per_seq
     if spec.whole_word:
         if word_start_table is None:
-            raise ValueError("mask_batch with whole_word needs word_start_table")
+            raise ValueError("whole-word masking (spec.whole_word) needs word_start_table")
         chosen = np.full((batch, p), length, np.int64)  # length = no target (sorts last)
         for b in range(batch):
             candidates = np.flatnonzero(maskable[b])

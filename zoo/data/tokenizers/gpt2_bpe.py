@@ -152,7 +152,7 @@ class GPT2Tokenizer:
             piece, start = match.group(), match.start()
             # The character each byte of the piece belongs to.
             byte_char = [start + k for k, ch in enumerate(piece) for _ in ch.encode("utf-8")]
-            chars = "".join(self._byte_to_char[b] for b in piece.encode("utf-8"))
+            chars = self._byte_chars(piece)
             position = 0
             for symbol in self._bpe(chars):
                 ids.append(self._encoder[symbol])
@@ -169,8 +169,11 @@ class GPT2Tokenizer:
         return ids
 
     def _piece_ids_uncached(self, piece: str) -> tuple[int, ...]:
-        chars = "".join(self._byte_to_char[b] for b in piece.encode("utf-8"))
-        return tuple(self._encoder[symbol] for symbol in self._bpe(chars))
+        return tuple(self._encoder[symbol] for symbol in self._bpe(self._byte_chars(piece)))
+
+    def _byte_chars(self, piece: str) -> str:
+        """The piece's UTF-8 bytes written as bytes_to_unicode's printable characters."""
+        return "".join(self._byte_to_char[b] for b in piece.encode("utf-8"))
 
     def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
         return [self.encode(t) for t in texts]

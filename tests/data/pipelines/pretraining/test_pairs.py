@@ -98,7 +98,7 @@ def test_a_pass_truncates_to_fit_and_removes_from_both_ends():
 def test_floyd_sampling_draws_every_subset_equally_often(maskable_row):
     maskable = np.array([maskable_row] * 60_000)
     n, k = int(maskable[0].sum()), 3
-    chosen = masking._choose_uniform(maskable, np.full(len(maskable), k),
+    chosen = masking._choose_uniform(maskable, maskable.sum(axis=1), np.full(len(maskable), k),
                                      np.random.default_rng(0).random((len(maskable), 4)))
     assert (chosen[:, k:] == maskable.shape[1]).all()  # one unused slot, padded with L
     positions = np.flatnonzero(maskable[0])
