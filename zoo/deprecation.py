@@ -40,6 +40,6 @@ def moved(old: str, new: str) -> None:
         return
     # A module body runs once per process, so this warns once; stacklevel 3 names the importer's
     # frame as well as importlib's frames allow (the message names both paths anyway).
-    warnings.warn(f"{old} moved to {new} (issue 31); import {new} instead",
+    warnings.warn(f"{old} moved to {new}; import {new} instead",
                   DeprecationWarning, stacklevel=3)
     sys.modules[old] = importlib.import_module(new)

@@ -73,7 +73,7 @@ from zoo.eval.attention_maps import (
 )
 from zoo.models import encoder_decoder, seq2seq
 
-# The extraction lived here before issue 31 moved it to zoo.eval.attention_maps: its public
+# The extraction lived here before it moved to zoo.eval.attention_maps: its public
 # names stay importable from this path.
 __all__ = ["AttentionMaps", "KINDS", "alignment_maps", "bert_maps", "gpt_classifier_maps",
            "gpt_maps", "main", "maps_for_model", "translation_maps"]

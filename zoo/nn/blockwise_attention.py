@@ -35,7 +35,7 @@ activations' logical axes (act_batch, act_heads) shard them. Which blocks to vis
 per-device decision: the segment test reduces over this device's rows only, and the `lax.cond`
 needs no cross-device vote. Left to XLA's partitioner instead, that test is an `any` over the
 sharded batch, so every (query block, key block) step of both loops ran an all-reduce of one
-bool across the data-parallel devices (issue 28), and one padded row anywhere in the global
+bool across the data-parallel devices, and one padded row anywhere in the global
 batch kept a block alive for all rows. Where the split cannot be per device (act_len sharded,
 batch or heads not divisible by their mesh axes, an axis already manual) the call is left to
 XLA's partitioner as before: correct, with those collectives.

@@ -1,4 +1,4 @@
-"""Moved to zoo.data.pipelines.pretraining.progress (issue 31)."""
+"""Moved to zoo.data.pipelines.pretraining.progress."""
 from zoo import deprecation
 
 deprecation.moved(__name__, "zoo.data.pipelines.pretraining.progress")
