@@ -49,6 +49,11 @@ def _goodput(workdir):
         return json.load(f)
 
 
+def _summary(workdir):
+    with open(os.path.join(workdir, "summary.json")) as f:
+        return json.load(f)
+
+
 def _assert_identical_runs(resumed, uninterrupted):
     gpt_process.assert_identical_runs(resumed, uninterrupted, STEPS)
 
@@ -78,6 +83,12 @@ def test_sigkill_between_checkpoints_then_resume_is_bit_identical(uninterrupted,
         assert 0 < account["goodput"] < 1
     assert killed["lost_s"]["restore"] > 0 and whole["lost_s"]["restore"] == 0
     assert re.search(r"^goodput \d+\.\d% of \d+ s: .*wasted", proc.stdout, re.M), proc.stdout
+    # summary.json: the same final eval bit for bit, and the whole run's account beside it.
+    killed_summary, whole_summary = _summary(workdir), _summary(uninterrupted)
+    for summary, account in ((killed_summary, killed), (whole_summary, whole)):
+        assert summary.pop("goodput") == {k: account[k] for k in (
+            "wall_s", "productive_s", "goodput", "lost_s", "runs")}
+    assert killed_summary == whole_summary and "step" in killed_summary
 
 
 def test_sigterm_saves_exits_zero_and_resumes_bit_identical(uninterrupted, tmp_path):

@@ -93,6 +93,8 @@ def _finish(workdir: str, stages, results) -> None:
                                 path)
     _banner("done")
     for name, summary in results.items():
-        shown = ", ".join(f"{k} {v:.4g}" for k, v in summary.items())
+        # The numbers only: the goodput account is a dict (its line was printed by the stage).
+        shown = ", ".join(f"{k} {v:.4g}" for k, v in summary.items()
+                          if isinstance(v, (int, float)))
         print(f"{name}: {shown}", flush=True)
     print(f"training curves: {path}", flush=True)

@@ -22,8 +22,9 @@ goodput = productive / total. Process 0 keeps the running account in <workdir>/g
 written at every log line, so a killed run leaves its last one; the next run reads it, adds
 its own, and ends with the whole run's account there (`account()`: wall_s, productive_s,
 goodput, lost_s by bucket, runs), in TensorBoard ('goodput/...') and in one line:
-`goodput 93.1% of 412 s: compile 2.0%, data_wait 1.4%, ...`. summary.json is left to the final
-eval (equal bit for bit across a resume). The cost per step is four clock reads.
+`goodput 93.1% of 412 s: compile 2.0%, data_wait 1.4%, ...`, and summary.json's "goodput"
+entry beside the final eval (whose entries stay equal bit for bit across a resume). The cost
+per step is four clock reads.
 """
 
 from __future__ import annotations
@@ -115,11 +116,11 @@ class Goodput:
         from it knows what was done after it."""
         self.productive_at[str(step)] = self.account()["productive_s"]
 
-    def write(self, step: int) -> None:
-        """goodput.json, the running account (process 0)."""
+    def write(self, step: int, account: dict | None = None) -> None:
+        """goodput.json, the running account (process 0): `account`, or the account now."""
         if not self.writes:
             return
-        account = self.account()
+        account = account or self.account()
         paths.write_atomic(self.path, json.dumps({
             **account, "productive_at": self.productive_at, "last_wall": time.time(),
             "last_step": step}, indent=1))

@@ -352,14 +352,17 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
             watchdog.close()
         if best is not None:
             best.close()
+        report = None
         try:
             if saved == total and sys.exc_info()[0] is None:
-                _goodput_report(account, writer, total)
+                report = _goodput_report(account, writer, total)
         finally:
             writer.close()
     if jax.process_index() == 0 and saved == total:
-        paths.write_atomic(paths.join(workdir, "summary.json"),
-                           json.dumps({"step": total, **summary, **baselines}, indent=2))
+        # The eval's entries are equal bit for bit across a resume; "goodput" is the whole run's
+        # wall-time account (every restart's), which a resume changes by design.
+        paths.write_atomic(paths.join(workdir, "summary.json"), json.dumps(
+            {"step": total, **summary, **baselines, "goodput": report}, indent=2))
     return summary
 
 
@@ -367,10 +370,10 @@ _NOTHING = contextlib.nullcontext()
 
 
 def _goodput_report(account: goodput.Goodput, writer, step: int) -> dict:
-    """The whole run's account: goodput.json, TensorBoard's goodput/*, one line (process 0).
-    Not summary.json: that holds the final eval, equal bit for bit across a resume."""
+    """The whole run's account: goodput.json, TensorBoard's goodput/*, one line (process 0);
+    returned for summary.json's "goodput" entry."""
     report = account.account()
-    account.write(step)
+    account.write(step, report)  # the very account summary.json gets
     writer.scalars(step, "goodput", {"goodput": report["goodput"],
                                      **{f"{b}_s": s for b, s in report["lost_s"].items()}})
     if jax.process_index() == 0:
