@@ -146,6 +146,9 @@ def train_config(steps: ml_collections.FieldReference) -> ml_collections.ConfigD
             # included), writes every thread's stack to stderr and exits with status 1.
             # factor 0 / limit_s 0 = that rule off.
             watchdog=dict(factor=20.0, min_s=300.0, limit_s=3600.0),
+            # gs:// paths (zoo.paths.configure): each request's connect and read timeout, and
+            # one read, write or listing's time with its retries (a silent bucket: ~2.5 min).
+            storage=dict(request_timeout_s=20.0, operation_budget_s=180.0),
         )
     )
 

@@ -21,17 +21,19 @@ What differs on GCS, and is handled here:
 """
 
 import contextlib
+import logging
 import os
 import shutil
 import socket
 import tempfile
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import fsspec
 from etils import epath
 
-from zoo import errors
+from zoo import errors, retry
 from zoo.retry import retrying
 
 # gcsfs registers as both "gs" and "gcs"; fsspec applies conf[protocol] to new instances.
@@ -42,8 +44,11 @@ PathLike = str | os.PathLike
 # Seconds a GCS request may wait to connect, and then for each next part of the answer, before
 # it fails (and gcsfs, then zoo.retry, try again). gcsfs's default is no timeout at all:
 # against an endpoint that takes the connection and never answers, a read waited forever.
+# A job sets it with config.train.storage.request_timeout_s (`configure`); the environment
+# variable is for commands without a job config (prepare, corpus) and the processes they start.
 REQUEST_TIMEOUT_ENV, DEFAULT_REQUEST_TIMEOUT_S = "ZOO_GCS_REQUEST_TIMEOUT_S", 20.0
 _request_timeout_set = False
+_configured_timeout_s: float | None = None  # config.train.storage.request_timeout_s
 # Tensorstore's (orbax's array reads and writes) retries of one request: gcsfs's 6 tries, with
 # waits of 1, 2, 4, 8, 8 s. Its own default is 32 retries with waits growing to 32 s: a silent
 # bucket held a checkpoint restore ~18 minutes per zoo attempt (measured on the test server).
@@ -59,8 +64,40 @@ def is_remote(path: PathLike) -> bool:
     return remote
 
 
+def configure(storage: Mapping[str, Any] | None) -> None:
+    """A job's bounds on storage (config.train.storage), before its first gs:// request:
+    request_timeout_s (each GCS request's connect and read timeout: gcsfs's and tensorstore's)
+    and operation_budget_s (zoo.retry starts no attempt of one read, write or listing that
+    would end past it). None or a missing key: the defaults ($ZOO_GCS_REQUEST_TIMEOUT_S, else
+    20 s; 3 minutes). A value that is not a positive number is a ConfigError naming the key."""
+    global _configured_timeout_s
+    storage = dict(storage.items()) if storage is not None else {}
+    unknown = sorted(set(storage) - {"request_timeout_s", "operation_budget_s"})
+    if unknown:
+        raise errors.ConfigError(f"config.train.storage.{unknown[0]}: unknown key; the keys "
+                                 "are request_timeout_s and operation_budget_s")
+    for key, value in storage.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise errors.ConfigError(f"config.train.storage.{key}={value!r} must be a number of "
+                                     "seconds > 0")
+    timeout = storage.get("request_timeout_s")
+    timeout = None if timeout is None else float(timeout)  # None: $ZOO_GCS_..., else 20 s
+    retry.configure(budget_s=float(storage.get("operation_budget_s",
+                                               retry.Policy.budget_s)))
+    changed = timeout != _configured_timeout_s
+    _configured_timeout_s = timeout
+    if changed and _request_timeout_set:  # a gs:// path was seen already: clients made anew
+        _set_request_timeout()
+        import gcsfs
+
+        gcsfs.GCSFileSystem.clear_instance_cache()
+
+
 def request_timeout_s() -> float:
-    """$ZOO_GCS_REQUEST_TIMEOUT_S, else DEFAULT_REQUEST_TIMEOUT_S."""
+    """config.train.storage.request_timeout_s (`configure`), else $ZOO_GCS_REQUEST_TIMEOUT_S,
+    else DEFAULT_REQUEST_TIMEOUT_S."""
+    if _configured_timeout_s is not None:
+        return _configured_timeout_s
     value = os.environ.get(REQUEST_TIMEOUT_ENV, "")
     try:
         seconds = float(value) if value else DEFAULT_REQUEST_TIMEOUT_S
@@ -104,6 +141,12 @@ def _set_request_timeout() -> None:
     for context in (tensorstore_utils._BASE_TS_CONTEXT,
                     tensorstore_utils._DEFAULT_OCDBT_TS_CONTEXT):
         context.setdefault("gcs_request_retries", dict(TENSORSTORE_RETRIES))
+    if not errors.debugging():
+        # gcsfs (its last try) and fsspec's read-ahead log a failed request at ERROR with a
+        # traceback; zoo.retry then tries again or gives up with one line naming the object,
+        # which is what the user sees.
+        for name in ("gcsfs", "fsspec.prefetcher"):
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     _request_timeout_set = True
 
 
@@ -178,6 +221,104 @@ def read_bytes(path: PathLike) -> bytes:
     # One request (epath's read_bytes asks for the object's metadata first: two round trips).
     return retrying(lambda: fsspec.filesystem("gs").cat_file(os.fspath(path)),
                     what=f"reading {path}")
+
+
+def open_read(path: PathLike):
+    """`path` opened for reading bytes: a local file as it is; a gs:// one as a RetryingReader,
+    so a corpus streamed from a bucket rides out a passing failure and gives up on a silent
+    bucket with one error naming the file (zoo.retry), never a raw fsspec timeout."""
+    if not is_remote(path):
+        return open(as_path(path), "rb")
+    return RetryingReader(os.fspath(as_path(path)))
+
+
+class RetryingReader:
+    """A gs:// object read sequentially (read, readline, iteration, seek, tell) in chunks of
+    CHUNK bytes, split into lines here: fsspec's own readline fetches a whole block from its
+    cache per line (a 1 MB corpus took 7 s to iterate from the test server). Each chunk that
+    fails with a passing error is tried again (zoo.retry) on the object opened anew at the
+    same offset, so a failure mid-line loses nothing and repeats nothing."""
+
+    CHUNK = 1 << 20
+
+    def __init__(self, path: str):
+        self.path, self._file = path, None
+        self._pos = 0  # the reader's offset: of _buffer[_at]
+        self._buffer, self._at = b"", 0  # bytes read ahead, from _pos - _at on
+
+    def _read_raw(self, size: int) -> bytes:
+        """`size` bytes (-1: all) of the object after the ones buffered."""
+        offset = self._pos + len(self._buffer) - self._at
+
+        def attempt() -> bytes:
+            if self._file is None:
+                self._file = fsspec.filesystem("gs").open(self.path, "rb")
+            try:
+                self._file.seek(offset)
+                return self._file.read(size)
+            except Exception:
+                self._drop()  # the next attempt opens it again
+                raise
+
+        return retrying(attempt, what=f"reading {self.path}")
+
+    def _take(self, end: int) -> bytes:
+        data = self._buffer[self._at:end]
+        self._at, self._pos = end, self._pos + len(data)
+        return data
+
+    def _more(self, size: int) -> bool:
+        chunk = self._read_raw(size)
+        self._buffer, self._at = self._buffer[self._at:] + chunk, 0
+        return bool(chunk)
+
+    def read(self, size: int = -1) -> bytes:
+        if size < 0:
+            self._more(-1)
+            return self._take(len(self._buffer))
+        while len(self._buffer) - self._at < size and self._more(
+                max(self.CHUNK, size - len(self._buffer) + self._at)):
+            pass
+        return self._take(min(len(self._buffer), self._at + size))
+
+    def readline(self) -> bytes:
+        searched = self._at
+        while (newline := self._buffer.find(b"\n", searched)) < 0:
+            searched = len(self._buffer) - self._at  # offset into the buffer _more makes
+            if not self._more(self.CHUNK):
+                return self._take(len(self._buffer))
+        return self._take(newline + 1)
+
+    def seek(self, pos: int) -> int:
+        self._pos, self._buffer, self._at = pos, b"", 0
+        return pos
+
+    def tell(self) -> int:
+        return self._pos
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> bytes:
+        line = self.readline()
+        if not line:
+            raise StopIteration
+        return line
+
+    def _drop(self) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            with contextlib.suppress(Exception):
+                file.close()
+
+    def close(self) -> None:
+        self._drop()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def list_names(directory: PathLike, prefix: str = "", page_size: int = 1000) -> list[str]:

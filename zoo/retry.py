@@ -18,9 +18,10 @@ requests), so it does not multiply gcsfs's retries at gcsfs's pace:
 - the errors gcsfs lets through that are just as passing: timeouts (asyncio's and fsspec's
   FSTimeoutError, socket timeouts) and connection errors raised outside its retried call;
 - one WARNING line per retry, naming the operation and object, the attempt and the error;
-- a budget (`Policy.budget_s`, 3 minutes): no attempt is started that would end past it,
-  judged by the last one's duration, so a bucket that never answers (each request then waits
-  out zoo.paths' request timeout) is given up on in about 2.5 minutes, not 3 x 2.5;
+- a budget (`Policy.budget_s`, 3 minutes; a job's config.train.storage.operation_budget_s):
+  no attempt is started that would end past it, judged by the last one's duration, so a
+  bucket that never answers (each request then waits out zoo.paths' request timeout) is given
+  up on in about 2.5 minutes, not 3 x 2.5;
 - after the last attempt, one StorageUnavailableError (a UserError: the command line prints it
   without a traceback) naming the object, the attempts and the time spent, the last error
   chained. Anything not passing (a missing object, no permission, bad JSON) is raised at once,
@@ -68,6 +69,13 @@ class Policy:
 
 
 DEFAULT = Policy()
+
+
+def configure(budget_s: float) -> None:
+    """The budget of every operation retried with the default policy from now on (a job's
+    config.train.storage.operation_budget_s, through zoo.paths.configure)."""
+    global DEFAULT
+    DEFAULT = dataclasses.replace(DEFAULT, budget_s=budget_s)
 
 
 def is_transient(error: BaseException) -> bool:
@@ -130,8 +138,9 @@ def retrying(fn: Callable[[], T], *, what: str, policy: Policy | None = None) ->
                 raise
             said = " ".join(errors.message(e).split())[:200]
             if not said and isinstance(e, TimeoutError):  # fsspec's and asyncio's say nothing
-                said = ("no answer within the request timeout (zoo.paths: "
-                        "$ZOO_GCS_REQUEST_TIMEOUT_S per connect or read)")
+                said = ("no answer within the request timeout (per connect or read: "
+                        "config.train.storage.request_timeout_s, or "
+                        "$ZOO_GCS_REQUEST_TIMEOUT_S outside a job)")
             error = f"{type(e).__name__}: {said}"
             now = time.monotonic()
             delay = policy.delay(attempt)

@@ -162,6 +162,9 @@ _CLI_CASES = {  # name: (script, arguments, what stderr says)
     "bad_heartbeat": ("train.py", [_GPT, "--config.train.heartbeat_timeout_s=1"],
                       r"config\.train\.heartbeat_timeout_s=1 must be a whole number of "
                       r"seconds >= 2"),
+    "bad_storage_timeout": ("train.py", [_GPT, "--config.train.storage.request_timeout_s=0"],
+                            r"config\.train\.storage\.request_timeout_s=0\.0 must be a number "
+                            r"of seconds > 0"),
 }
 
 

@@ -5,6 +5,7 @@ with its workdir there, SIGKILL, the same command again, eval.py from the bucket
 run on local disk that never stopped, bit for bit: gs:// changes where bytes go, never which."""
 
 import json
+import re
 import os
 import signal
 import struct
@@ -150,3 +151,29 @@ def test_bert_in_a_bucket_killed_and_resumed_equals_a_local_run(gcs, gcs_bucket,
     assert result["mlm_accuracy"] == pytest.approx(
         json.load(open(os.path.join(local, "summary.json")))["mlm_accuracy"], rel=1e-6)
     assert "mlm_accuracy" in evaluated.stdout
+
+
+@pytest.mark.acceptance
+def test_a_job_on_a_silent_bucket_ends_within_its_storage_bound(gcs_knobs, gcs_bucket):
+    """A bucket that takes every connection and never answers a read: the job ends with one
+    error naming the object within config.train.storage's bound (1 s requests, a 10 s budget:
+    one attempt of gcsfs's 6 requests and its ~31 s of backoff, then no second attempt).
+    Before: with no request timeout, tiny BERT on such a bucket printed nothing for 300 s."""
+    data = f"{gcs_bucket}/data"
+    _corpus(data)
+    gcs_knobs.fail("silent", count=10_000, op="read")
+    started = time.monotonic()
+    proc = subprocess.run(
+        _command("train.py", f"{gcs_bucket}/runs/silent", data,
+                 "--config.train.storage.request_timeout_s=1",
+                 "--config.train.storage.operation_budget_s=10",
+                 "--config.data.prepared_dir="),  # prepared in the job: it reads the corpus
+        cwd=ROOT, env=gpt_process.env(), capture_output=True, text=True, timeout=300)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 1, (proc.stdout[-2000:], proc.stderr[-3000:])
+    last = proc.stderr.strip().splitlines()[-1]
+    assert re.match(r"error: \w+ gs://\S+: failed once over \d+ s with errors that usually "
+                    r"pass \(last: .*request_timeout_s.*\); another attempt would end past the "
+                    r"10 s budget", last), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert elapsed < 120, elapsed

@@ -6,7 +6,7 @@ workdir all go through these functions.
 
 import ml_collections
 
-from zoo import tasks
+from zoo import paths, tasks
 from zoo.commands import evaluate as evaluation
 from zoo.data import corpora
 from zoo.train import dry_run as dry_run_lib
@@ -20,27 +20,39 @@ def make_task(config: ml_collections.ConfigDict, workdir: str):
     with the fetch command (zoo.data.corpora.check_fetched)."""
     factory = tasks.get(config.task)
     corpora.check_fetched(config.get("data"))
+    configure_storage(config)
     return factory(config, workdir)
+
+
+def configure_storage(config: ml_collections.ConfigDict) -> None:
+    """The job's bounds on gs:// requests (config.train.storage: zoo.paths.configure), set
+    before the job's first request."""
+    train_config = config.get("train")
+    paths.configure(train_config.get("storage") if train_config is not None else None)
 
 
 def train(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, float]:
     """Trains (or resumes) the job in `workdir` on `devices` (default all): zoo.train.loop.run.
     Returns the last eval summary."""
+    configure_storage(config)
     return loop.run(config, workdir, make_task, devices)
 
 
 def evaluate(config: ml_collections.ConfigDict, workdir: str, devices=None
              ) -> dict[str, float]:
     """Evaluates the latest checkpoint in `workdir` (zoo.commands.evaluate.run)."""
+    configure_storage(config)
     return evaluation.run(config, workdir, make_task, devices)
 
 
 def build(config: ml_collections.ConfigDict, workdir: str, devices=None) -> loop.Setup:
     """The job's task, mesh and freshly initialised sharded state (zoo.train.loop.build), e.g.
     as the restore target of a trained workdir's checkpoint."""
+    configure_storage(config)
     return loop.build(config, workdir, make_task, devices)
 
 
 def dry_run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, float]:
     """The job's mesh, per-device memory and FLOPs from shapes alone (zoo.train.dry_run)."""
+    configure_storage(config)
     return dry_run_lib.report(config, workdir, make_task, devices)

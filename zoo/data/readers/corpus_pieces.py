@@ -178,7 +178,7 @@ def read_segment(segment: Segment) -> Iterator[Document]:
     zoo.data.readers.text_files.read_text_corpus reads a whole file); the last one may run
     past `stop`, to its end.
     """
-    with paths.as_path(segment.path).open("rb") as f:
+    with paths.open_read(segment.path) as f:
         pos = segment.start
         if pos > 0:
             # Start at the first line beginning at or after `start`; remember whether the line
@@ -208,7 +208,7 @@ def read_segment(segment: Segment) -> Iterator[Document]:
             yield current
 
 
-def _lines(f: io.BufferedReader, pos: int, path: str) -> Iterator[tuple[int, str]]:
+def _lines(f: io.BufferedReader | paths.RetryingReader, pos: int, path: str) -> Iterator[tuple[int, str]]:
     """(byte offset, stripped line) from `pos` on, decoding each line as UTF-8."""
     f.seek(pos)
     first = pos == 0
@@ -226,7 +226,7 @@ def _lines(f: io.BufferedReader, pos: int, path: str) -> Iterator[tuple[int, str
         pos += len(raw)
 
 
-def _line_before_is_blank(f: io.BufferedReader, pos: int) -> bool:
+def _line_before_is_blank(f: io.BufferedReader | paths.RetryingReader, pos: int) -> bool:
     """Whether the line ending just before byte `pos` (a line start) is blank (or absent)."""
     if pos == 0:
         return True
