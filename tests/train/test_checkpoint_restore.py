@@ -90,6 +90,27 @@ def test_unreadable_latest_falls_back_and_is_set_aside(tmp_path, damage, capsys)
     np.testing.assert_array_equal(again.params["w"], small_state(40.0).params["w"])
 
 
+def test_a_step_deleted_after_the_listing_is_not_damage(tmp_path, monkeypatch, capsys):
+    """The listing names step 4, then its directory goes (another job's retention, a user's
+    rm) before its files are read: the files were not damaged, so nothing is set aside and the
+    run resumes from step 2. Before: counted as damage, and moving the vanished directory to
+    checkpoints_corrupt/ failed, stopping the run."""
+    import shutil
+
+    workdir = str(tmp_path)
+    save_steps(workdir)
+    checkpointer = Checkpointer(workdir)
+    steps = checkpointer.agreed_steps()  # the listing, taken while step 4 was there
+    assert steps[0] == 4
+    shutil.rmtree(os.path.join(workdir, "checkpoints", "4"))
+    restored = checkpointer.restore(small_state(), quarantine=True, agreed=steps)
+    np.testing.assert_array_equal(restored.params["w"], small_state(2.0).params["w"])
+    out = capsys.readouterr().out
+    assert "checkpoint step 4 in" in out and "was deleted after the listing" in out, out
+    assert "resumed from step 2, the newest readable checkpoint; step(s) [4] were gone" in out
+    assert not os.path.exists(os.path.join(workdir, "checkpoints_corrupt"))
+
+
 def test_without_quarantine_the_damaged_step_stays_in_place(tmp_path):
     workdir = str(tmp_path)
     save_steps(workdir)

@@ -18,6 +18,7 @@ from jax.experimental import multihost_utils
 from zoo import paths
 from zoo.errors import ConfigError, DataError, MissingFileError, UserError
 from zoo.train import checkpoint_failures, checksums
+from zoo.train import quarantine as quarantine_lib
 from zoo.train import restore_verdicts as verdicts
 from zoo.train.restore_verdicts import CheckpointRestoreError
 from zoo.train.data_position import read_position, set_position
@@ -40,18 +41,6 @@ class CorruptCheckpointError(UserError, RuntimeError):
 def _warn(message: str) -> None:
     if jax.process_index() == 0:
         print(f"WARNING: {message}", flush=True)
-
-
-def _barrier(name: str) -> None:
-    if jax.process_count() > 1:
-        multihost_utils.sync_global_devices(name)
-
-
-def _free_name(path: str) -> str:
-    candidate, n = path, 1
-    while paths.as_path(candidate).exists():
-        candidate, n = f"{path}.{n}", n + 1
-    return candidate
 
 
 def _shapes(tree) -> dict[str, tuple]:
@@ -285,8 +274,20 @@ class Checkpointer:
         return paths.join(self.directory, str(step))
 
     def _restore_step(self, step: int, abstract, data_iterator):
-        """(state, data position or None) of `step`; verdicts.Unreadable on evidence of damage."""
+        """(state, data position or None) of `step`; verdicts.Unreadable on evidence of damage,
+        or when the step's directory is gone since the listing (deleted by another job or a
+        user: not damage, and nothing left to set aside)."""
         directory = self._step_directory(step)
+        try:
+            return self._read_step(step, directory, abstract, data_iterator)
+        except verdicts.Unreadable as e:
+            if not paths.as_path(directory).exists():
+                raise verdicts.Unreadable(
+                    f"its directory was deleted after the listing, so no file of it was read "
+                    f"({e})") from e
+            raise
+
+    def _read_step(self, step: int, directory: str, abstract, data_iterator):
         found = verdicts.read(lambda: checksums.problems(directory),
                       what=f"checking the checksums of {directory}")
         if found:
@@ -346,34 +347,10 @@ class Checkpointer:
 
     def _set_aside(self, unreadable: list[tuple[int, str]], restored: int,
                    quarantine: bool) -> None:
-        steps = [s for s, _ in unreadable]
-        if quarantine:
-            # Every process has finished reading before process 0 moves anything.
-            _barrier("zoo_checkpoint_quarantine")
-            corrupt_dir = self.directory + "_corrupt"
-            failure = None
-            if jax.process_index() == 0:
-                try:
-                    paths.as_path(corrupt_dir).mkdir(parents=True, exist_ok=True)
-                    for s in steps:
-                        paths.move_tree(self._step_directory(s),
-                                        _free_name(paths.join(corrupt_dir, str(s))))
-                except Exception as e:  # noqa: BLE001 -- raised below, once all know
-                    failure = e
-            # Instead of a barrier: the others learn whether the move failed, and stop too.
-            code, _, reason = verdicts.agree(verdicts.ERROR if failure else verdicts.OK,
-                                     first_line(failure) if failure else "")
-            if failure is not None:
-                raise failure
-            if code == verdicts.ERROR:
-                raise CheckpointRestoreError(
-                    f"process 0 could not move step(s) {steps} of {self.directory} to "
-                    f"{corrupt_dir} ({reason}); its log has the traceback")
-            self._manager.reload()
-            where = f"moved step(s) {steps} to {corrupt_dir}"
-        else:
-            where = f"left step(s) {steps} in place"
-        _warn(f"resumed from step {restored}, the newest readable checkpoint; {where}")
+        done = quarantine_lib.set_aside(self.directory, [s for s, _ in unreadable], quarantine)
+        self._manager.reload()  # its own listing still names the steps moved or gone
+        _warn(f"resumed from step {restored}, the newest readable checkpoint; "
+              f"{'; '.join(done)}")
 
     def restore_params(self, target_params, step: int | None = None, source: str = ""):
         """Only the params of a saved train state, onto `target_params`' shapes and shardings
