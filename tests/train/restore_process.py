@@ -3,7 +3,7 @@ zoo.train.checkpoint.Checkpointer, with a restore fault injected on one process,
 tests/train/test_restore_decisions.py (no model and no train step: a restore's decision is
 what is under test, and a process that compiles nothing starts in seconds).
 
-    python tests/train/restore_process.py save|restore WORKDIR
+    python tests/train/restore_process.py save|restore|init WORKDIR
 
 Cluster: JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID (one CPU device each).
 Faults (test harness only, never in zoo/): ZOO_TEST_RESTORE_FAULT=KIND:PROCESS, KIND one of
@@ -13,9 +13,11 @@ Faults (test harness only, never in zoo/): ZOO_TEST_RESTORE_FAULT=KIND:PROCESS, 
            written (its CRC-32 differs there only: a bad disk or a stale cache of one host)
   sigint   that process gets a real SIGINT (Ctrl-C on its terminal only) during the array
            read of the restore: Python raises KeyboardInterrupt inside the read
+  params_missing  restore_params' array read on that process finds a file missing (damage)
   unlisted that process's listing of the checkpoints lacks the newest step (a workdir on a
            disk that is not shared by every host; a listing taken as the save was committed)
-A restore prints 'RESTORED <value of params.b[0]>' (the step that was saved).
+A restore prints 'RESTORED <value of params.b[0]>' (the step that was saved), init (the params
+alone, as config.train.init_from reads them) 'INIT <value>'.
 """
 
 import os
@@ -88,6 +90,11 @@ def _inject(kind: str, process: int) -> None:
             return f"{int(real, 16) ^ 1:08x}" if newest in str(path) else real
 
         checksums._crc32 = misread
+    elif kind == "params_missing":
+        def restore(self, *args, **kwargs):  # restore_params' read of the arrays
+            raise FileNotFoundError("injected: state/ocdbt.process_1/d/0 is gone")
+
+        ocp.PyTreeCheckpointHandler.restore = restore
     elif kind == "unlisted":
         all_steps = ocp.CheckpointManager.all_steps
         ocp.CheckpointManager.all_steps = lambda self, *a, **k: [
@@ -113,6 +120,10 @@ def main(mode: str, workdir: str) -> None:
         kind, _, process = fault.partition(":")
         _inject(kind, int(process))
     checkpointer = Checkpointer(workdir)
+    if mode == "init":  # config.train.init_from's read: the params alone
+        params = checkpointer.restore_params(_state(mesh, 0.0).params)
+        print(f"INIT {float(params['b'][0]):g}", flush=True)
+        return
     state = checkpointer.restore(_state(mesh, 0.0), quarantine=True)
     print(f"RESTORED {float(state.params['b'][0]):g}", flush=True)
     checkpointer.close()

@@ -188,11 +188,25 @@ def test_a_file_damaged_for_one_process_only_sends_both_back(saved_by_two):
     assert sorted(os.listdir(os.path.join(saved_by_two, "checkpoints"))) == ["2"]
 
 
-# restore_params (config.train.init_from) sorts its reads the same way (issue 30 item 1).
+def test_init_from_damage_seen_by_one_process_stops_both_naming_it(saved_by_two):
+    """restore_params (config.train.init_from) on two processes, one of which reads a damaged
+    params file: both stop within seconds, the other naming it. Before: init_from read through
+    orbax's CheckpointManager, whose restore ends in a barrier the damaged one never reaches
+    (the other waited there 300 s)."""
+    before = file_tree(saved_by_two)
+    (code0, out0), (code1, out1) = _job("init", saved_by_two, fault="params_missing:1")
+    assert code1 != 0 and "DataError" in out1 and "a file is missing" in out1, out1[-3000:]
+    assert code0 != 0, out0[-3000:]
+    assert re.search(r"CheckpointRestoreError: .*process 1 of 2 could not read the params of "
+                     r"checkpoint step 4 .*a file is missing", out0), out0[-3000:]
+    assert file_tree(saved_by_two) == before
+
+
+# restore_params (config.train.init_from) sorts its reads the same way as restore.
 def _inject_params_read(monkeypatch, errors):
-    """restore_params' array read (CheckpointManager.restore) raises `errors` in turn, then
-    reads."""
-    original = ocp.CheckpointManager.restore
+    """restore_params' array read (PyTreeCheckpointHandler.restore) raises `errors` in turn,
+    then reads."""
+    original = ocp.PyTreeCheckpointHandler.restore
     pending = list(errors)
 
     def restore(self, *args, **kwargs):
@@ -200,7 +214,7 @@ def _inject_params_read(monkeypatch, errors):
             raise pending.pop(0)
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(ocp.CheckpointManager, "restore", restore)
+    monkeypatch.setattr(ocp.PyTreeCheckpointHandler, "restore", restore)
 
 
 def test_restore_params_raises_an_error_inside_its_read_untouched(tmp_path, monkeypatch):

@@ -409,25 +409,44 @@ class Checkpointer:
                 "checkpoint's")
         target = {"params": jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), target_params)}
-        restored = self._read_params(lambda: self._manager.restore(
-            step, args=ocp.args.Composite(state=ocp.args.PyTreeRestore(
+        # Through the handler, not the CheckpointManager (whose restore ends in a barrier the
+        # others would wait in while one whose read failed goes on), then one verdict for all.
+        restored = self._read_params(lambda: ocp.PyTreeCheckpointHandler().restore(
+            epath.Path(self._step_directory(step)) / "state", args=ocp.args.PyTreeRestore(
                 item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
-                partial_restore=True))), step, where, "the params")
-        return restored["state"]["params"]
+                partial_restore=True)), step, where, "the params")
+        return restored["params"]
 
     def _read_params(self, fn, step: int, where: str, what: str):
-        """`fn()`, a read of checkpoint `step`, sorted as restore's reads (restore_verdicts.read):
-        damage evidence is a DataError; the rest (out of memory, a sharding bug) is not the
-        files' fault and keeps its own type and traceback."""
-        directory = self._step_directory(step)
+        """`fn()`, a read of checkpoint `step`, sorted as restore's reads (restore_verdicts.read)
+        and decided alike by every process (restore_verdicts.agree): damage evidence is a
+        DataError; the rest (out of memory, a sharding bug) is not the files' fault and keeps
+        its own type and traceback; a process whose own read passed stops with the failed
+        one's reason (CheckpointRestoreError), not in a barrier the failed one never reaches."""
+        value = error = None
+        code, reason = verdicts.OK, ""
         try:
-            return verdicts.read(fn, what=f"reading {what} of checkpoint step {step} in "
-                                          f"{self.directory}")
+            value = verdicts.read(fn, what=f"reading {what} of checkpoint step {step} in "
+                                           f"{self.directory}")
         except verdicts.Unreadable as e:
+            code, reason, error = verdicts.CORRUPT, str(e), e
+        except Exception as e:  # noqa: BLE001 -- raised below, once every process knows
+            code, reason, error = verdicts.ERROR, first_line(e), e
+        code, process, reason = verdicts.agree(code, reason)
+        if isinstance(error, verdicts.Unreadable):
             raise DataError(
-                f"{where}: {what} of checkpoint step {step} ({directory}) cannot be read: {e}. "
-                "Its files are damaged or incomplete: point init_from at the workdir of a "
-                "finished run whose checkpoint is intact (or copy that step again)") from e
+                f"{where}: {what} of checkpoint step {step} ({self._step_directory(step)}) "
+                f"cannot be read: {error}. Its files are damaged or incomplete: point init_from "
+                "at the workdir of a finished run whose checkpoint is intact (or copy that step "
+                "again)") from error
+        if error is not None:
+            raise error
+        if code != verdicts.OK:
+            raise CheckpointRestoreError(
+                f"{where}: process {process} of {jax.process_count()} could not read {what} of "
+                f"checkpoint step {step} in {self.directory} ({reason}); its log says why. "
+                "Nothing was changed")
+        return value
 
     def close(self) -> None:
         """Waits for the save in flight (CheckpointWriteError if it failed), then closes."""
