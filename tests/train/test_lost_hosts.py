@@ -119,9 +119,9 @@ def test_a_survivor_of_a_lost_coordinator_names_it_itself(tmp_path):
 # An abort after the interpreter is finalized: glibc's C-level atexit (__cxa_atexit) runs in
 # exit(), after Python's own exit handlers and finalization.
 _ABORT_AFTER_SHUTDOWN = """
-import ctypes, threading
+import ctypes
 from zoo.train import abort_hold
-abort_hold.install(5.0, threading.Event(), 1, 2, None, print)
+assert abort_hold.install(60.0, abort_hold.Exiting(), 1, 2, None, None, 1)
 libc = ctypes.CDLL(None)
 libc.__cxa_atexit.argtypes = [ctypes.c_void_p] * 3
 libc.__cxa_atexit(ctypes.cast(libc.abort, ctypes.c_void_p), None, None)
@@ -134,3 +134,46 @@ def test_an_abort_after_the_interpreter_is_gone_exits_as_an_abort():
     proc = subprocess.run([sys.executable, "-c", _ABORT_AFTER_SHUTDOWN], cwd=multihost.ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == -signal.SIGABRT, (proc.returncode, proc.stderr[-2000:])
+
+
+# An abort on a thread that does not hold the GIL while another thread holds it (a C call
+# through ctypes.PyDLL keeps it, as a C extension waiting on the aborting thread would).
+_ABORT_WHILE_THE_GIL_IS_HELD = """
+import ctypes, signal, threading, time
+from zoo.train import abort_hold
+assert abort_hold.install(3.0, abort_hold.Exiting(), 1, 2, None, None, 1)
+waiting = threading.Thread(target=ctypes.CDLL(None).sleep, args=(120,))  # GIL released
+waiting.start()
+time.sleep(0.5)  # it is in its native sleep
+signal.pthread_kill(waiting.ident, signal.SIGABRT)  # an abort on that thread, as gloo's
+ctypes.PyDLL(None).sleep(120)  # PyDLL: the GIL held for the whole call
+"""
+
+
+def test_an_abort_held_while_another_thread_holds_the_gil_ends_on_time():
+    """Before: the hold's handler was Python (through ctypes): it waited for the GIL, which the
+    other thread kept for its whole 120 s sleep (and for ever, had it waited on the aborting
+    thread). The C handler needs no GIL: the hold runs its 3 s and the abort goes ahead."""
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", _ABORT_WHILE_THE_GIL_IS_HELD],
+                          cwd=multihost.ROOT, capture_output=True, text=True, timeout=60)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == -signal.SIGABRT, (proc.returncode, proc.stderr[-2000:])
+    assert "process 1 of 2: aborted from C++" in proc.stderr, proc.stderr[-2000:]
+    assert "Fatal Python error: Aborted" in proc.stderr  # faulthandler's stacks, above it
+    assert "no other process was reported lost within 3 s: the abort above is this " \
+        "process's own" in proc.stderr, proc.stderr[-2000:]
+    assert elapsed < 30, elapsed
+
+
+def test_without_a_compiler_nothing_is_held_and_an_abort_is_an_abort(tmp_path):
+    script = ("import logging, os; logging.basicConfig()\n"
+              "from zoo.train import abort_hold\n"
+              "assert not abort_hold.install(60.0, abort_hold.Exiting(), 1, 2, None, None, 1)\n"
+              "os.abort()\n")
+    env = dict(os.environ, CXX="no-such-compiler", ZOO_KERNEL_CACHE=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", script], cwd=multihost.ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == -signal.SIGABRT, (proc.returncode, proc.stderr[-2000:])
+    assert "zoo/train/abort_hold.cc could not be built: no working C++ compiler" in proc.stderr
+    assert "aborted from C++" not in proc.stderr

@@ -3,99 +3,120 @@
 When a peer dies mid-collective, gloo can abort a survivor from C++ before zoo's lost-host
 watch (zoo.train.lost_hosts) has heard of the loss: the killed peer's socket breaks one device's
 all-reduce, that device moves on while the others of the same process still wait in the old
-one, and the next message between them has the wrong size, so gloo's transport thread throws
-an uncaught `gloo::EnforceNotMet` ("Received data size doesn't match expected size") and
-std::terminate aborts the process within a second of the kill. Seen on the 2-core box under
-load (tests/train/test_lost_host.py): the survivor of 1 of 3 two-process kills mid-step, one
-survivor of a 1-of-4 kill, and the CI run that failed; exit -6 and no line naming the lost
-process. The coordination agent's LOG(FATAL) when process 0 is gone ends
-the same way, for every other process.
+one, the next message between them has the wrong size, and gloo's transport thread throws an
+uncaught `gloo::EnforceNotMet` ("Received data size doesn't match expected size"):
+std::terminate aborts the process within a second of the kill, with no line naming the lost
+process. The coordination agent's LOG(FATAL) when process 0 is gone ends the same way.
 
-So `install` puts a handler on SIGABRT (through libc: Python's own signal handlers only set a
-flag and return, and abort() then kills the process anyway). The handler writes every thread's
-stack, as faulthandler would have, says that it holds, and keeps the aborting thread asleep
-while the other threads go on: the lost-host watch asks the coordination service (which lives
-on in process 0 even while one of its threads is held) and, once the heartbeat timeout has
-passed, prints `error: lost process K of N: ...` and exits 1. When the lost process is process
-0, the service went with it and the watch's queries hang: the held thread itself probes process
-0's address once a second, and when nothing answers there it prints the line naming the lost
-coordinator and exits 1 (the agent's LOG(FATAL) comes within a second of process 0's death).
-If no verdict comes within the hold, or the process was already on its way out, the abort goes
-ahead as it would have (and zoo.train.coordinator_watch still speaks for a process that dies
-that way).
+So `install` puts a handler on SIGABRT that holds the aborting thread while the others go on:
+the lost-host watch asks the coordination service (which lives on in process 0) and, once the
+heartbeat timeout has passed, prints `error: lost process K of N: ...` and exits 1. When the
+lost process is process 0, the service went with it: the handler probes process 0's address
+once a second and, when nothing answers there, prints the line naming the lost coordinator and
+exits 1. If no verdict comes within the hold, the handler says the abort is the process's own
+and it goes ahead as it would have (at once when the process is on its way out: `Exiting` set,
+or Python's exit); zoo.train.coordinator_watch still speaks for a process that dies that way.
 
-The handler is Python, so it runs once the aborting thread has the GIL. jaxlib releases the GIL
-while a thread waits on devices, collectives or the coordination service (the main thread in
-every held abort seen here sat in device_get); a thread that kept it while waiting on the
-aborting one would turn the abort into a hang instead, which no Python watchdog could end.
+The handler is C (zoo/train/abort_hold.cc, compiled on first use like zoo's CPU kernels) and
+makes only async-signal-safe calls: it needs no GIL (a thread holding the GIL while it waits on
+the aborting one cannot turn the abort into a hang: the hold ends on time) and no interpreter
+(an abort after Python's finalization is an abort, not a segfault). Faulthandler, enabled
+above it, writes every thread's Python stack first. Without a C++ compiler nothing is held: an
+abort ends the process at once, as it would without zoo.
 """
 
 import atexit
 import ctypes
 import faulthandler
-import os
-import signal
+import logging
+import pathlib
+import socket
 import sys
 import threading
-import time
-from typing import Callable
 
+from zoo.errors import ConfigError
 from zoo.train import coordinator_watch
 
-_SIGNAL_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_int)
-_installed = None  # the ctypes callback, kept alive for as long as it is installed
-_holding = threading.Event()  # one thread holds; a second abort meanwhile only waits with it
-_PROBE_EVERY_S = 1.0
+_log = logging.getLogger(__name__)
+_library: ctypes.CDLL | None = None
 
 
-def _libc():
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.signal.restype = ctypes.c_void_p
-    libc.signal.argtypes = [ctypes.c_int, ctypes.c_void_p]
-    return libc
+class Exiting(threading.Event):
+    """The lost-host machinery's "this process exits on its own terms" event; once set, a held
+    abort goes ahead at once (the C handler reads a flag, not this event)."""
+
+    def set(self) -> None:
+        super().set()
+        release()
 
 
-def install(hold_s: float, exiting: threading.Event, process_id: int, num_processes: int,
-            coordinator: str | None, report: Callable[[str], None]) -> None:
-    """Holds this process's C++ aborts for up to `hold_s` seconds, unless `exiting` is set (a
-    process that is shutting down aborts at once). While it holds, a process other than 0
-    probes `coordinator` (process 0's address) once a second: when it no longer answers,
-    there is no verdict to wait for, and `report` prints the line naming the lost coordinator
-    and exits."""
-    global _installed
-    libc = _libc()
-
-    def held(signum):  # runs on the aborting thread, inside abort()
-        if _holding.is_set():  # another thread's abort holds already (gloo, then the agent)
-            while True:
-                time.sleep(1)
-        _holding.set()
-        if not exiting.is_set():
-            faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-            print(f"process {process_id} of {num_processes}: aborted from C++ (the lines "
-                  f"above); it waits up to {hold_s:.0f} s for the coordination service to "
-                  "say whether another process was lost", file=sys.stderr, flush=True)
-            deadline = time.monotonic() + hold_s
-            while time.monotonic() < deadline and not exiting.is_set():
-                # The lost-host watch exits the process from its own thread; only the
-                # coordinator's own loss is seen from here (the watch's queries then hang).
-                why = coordinator_watch.unreachable(coordinator, _PROBE_EVERY_S) \
-                    if coordinator and process_id != 0 else None
-                if why is not None:
-                    report(coordinator_watch.coordinator_line(coordinator, process_id,
-                                                              num_processes, why))
-                time.sleep(_PROBE_EVERY_S)
-        libc.signal(signal.SIGABRT, signal.SIG_DFL)
-        os.abort()
-
-    _installed = _SIGNAL_HANDLER(held)
-    libc.signal(signal.SIGABRT, ctypes.cast(_installed, ctypes.c_void_p))
-    # The handler is Python: once the interpreter is finalized it cannot run, and an abort
-    # from then on (a C++ destructor, a C atexit) jumped into freed code: exit 139, a segfault,
-    # instead of the abort. Python's own atexit (still a live interpreter) hands SIGABRT back.
-    atexit.register(uninstall)
+def release() -> None:
+    """From now on an abort goes ahead at once (the process exits on its own terms)."""
+    if _library is not None:
+        _library.zoo_abort_hold_exiting()
 
 
-def uninstall() -> None:
-    """SIGABRT back to its default: an abort from here on ends the process at once."""
-    _libc().signal(signal.SIGABRT, signal.SIG_DFL)
+def _ipv4(address: str | None) -> tuple[int, int]:
+    """(IPv4 address in network order, port) of HOST:PORT, resolved now (the handler cannot),
+    or (0, 0): no probe."""
+    if not address:
+        return 0, 0
+    try:
+        host, _, port = address.rpartition(":")
+        packed = socket.inet_aton(socket.gethostbyname(host.strip("[]")))
+        return int.from_bytes(packed, sys.byteorder), int(port)
+    except (OSError, ValueError):  # an IPv6 or unresolvable name: hold without the probe
+        return 0, 0
+
+
+def install(hold_s: float, exiting: Exiting, process_id: int, num_processes: int,
+            coordinator: str | None, companion_fd: int | None, exit_code: int) -> bool:
+    """Holds this process's C++ aborts for up to `hold_s` seconds, unless `exiting` is set.
+    While it holds, a process other than 0 probes `coordinator` (process 0's address) once a
+    second: when it refuses or does not answer, the handler tells the companion (`companion_fd`)
+    that the process exits on its own terms, prints the line naming the lost coordinator and
+    exits `exit_code`. Returns whether the hold is in place (False without a C++ compiler)."""
+    global _library
+    from zoo.nn.kernels import build
+
+    try:
+        library = build.compiled("abort_hold.cc", pathlib.Path(__file__).parent,
+                                 "without it a C++ abort ends the process at once")
+    except ConfigError as e:
+        _log.warning("a C++ abort of this process will not wait for the lost-host verdict: "
+                     "%s", " ".join(str(e).split())[:400])
+        return False
+    library.zoo_abort_hold_install.argtypes = [
+        ctypes.c_double, ctypes.c_int, ctypes.c_int, ctypes.c_uint, ctypes.c_ushort,
+        ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p]
+    ipv4, port = _ipv4(coordinator) if process_id != 0 else (0, 0)
+
+    def lost(reason: str) -> bytes:
+        return (coordinator_watch.coordinator_line(coordinator or "?", process_id,
+                                                   num_processes, reason) + "\n").encode()
+
+    held = (f"process {process_id} of {num_processes}: aborted from C++ (the lines above); it "
+            f"waits up to {hold_s:.0f} s for the coordination service to say whether another "
+            "process was lost\n").encode()
+    own = (f"process {process_id} of {num_processes}: no other process was reported lost "
+           f"within {hold_s:.0f} s: the abort above is this process's own (its lines say "
+           "why)\n").encode()
+    # Faulthandler's fatal handler must sit above this one: it writes every thread's stack,
+    # then hands the signal down (to the hold).
+    was_enabled = faulthandler.is_enabled()
+    faulthandler.disable()
+    failed = library.zoo_abort_hold_install(
+        hold_s, -1 if companion_fd is None else companion_fd, exit_code, ipv4, port, held,
+        lost("Connection refused"), lost("no answer within 1 s"), own)
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    if failed:
+        if not was_enabled:
+            faulthandler.disable()
+        _log.warning("the abort hold could not be installed (errno %d)", failed)
+        return False
+    _library = library
+    if exiting.is_set():
+        library.zoo_abort_hold_exiting()
+    # An abort on the way out (a C++ destructor, a C atexit after finalization) is not held.
+    atexit.register(library.zoo_abort_hold_exiting)
+    return True

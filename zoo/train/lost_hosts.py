@@ -109,6 +109,7 @@ def tell_companion_exiting() -> None:
     (zoo.train.coordinator_watch) ends without a word. Call before an os._exit."""
     global _companion_pipe
     if _companion_pipe is not None:
+        abort_hold.release()  # the hold's handler writes to this pipe: not once it is closed
         try:
             os.write(_companion_pipe, coordinator_watch.EXITING)
             os.close(_companion_pipe)
@@ -245,7 +246,7 @@ def join(heartbeat_timeout_s: int, kwargs: dict) -> None:
         errors.failure_hooks.append(failure_published)
     if state.process_id != 0 and state.coordinator_address:
         _start_companion(state.coordinator_address, state.process_id, state.num_processes)
-    exiting = threading.Event()
+    exiting = abort_hold.Exiting()
     every_s = max(1.0, heartbeat_timeout_s / 10)
     watch = threading.Thread(target=_watch_peers, name="zoo-lost-host",
                              args=(state.client, state.process_id, state.num_processes,
@@ -254,7 +255,8 @@ def join(heartbeat_timeout_s: int, kwargs: dict) -> None:
     # gloo or the coordination agent may abort this process from C++ before the watch has
     # heard of the loss that caused it: the abort waits for the watch's line (abort_hold).
     abort_hold.install(heartbeat_timeout_s + 3 * every_s + 10, exiting, state.process_id,
-                       state.num_processes, state.coordinator_address, _report_and_exit)
+                       state.num_processes, state.coordinator_address, _companion_pipe,
+                       LOST_HOST_EXIT_CODE)
     # A recoverable service no longer holds its shutdown until every process has finished:
     # without this barrier process 0 could exit first and take the service with it, and the
     # others would abort on their way out. Registered after JAX's own atexit shutdown, so it

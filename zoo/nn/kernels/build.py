@@ -48,24 +48,31 @@ def _cpu_features() -> str:
     return platform.machine() + platform.processor()
 
 
-def _fail(name: str, what: str) -> ConfigError:
+_RNN_HINT = "or choose the portable backend (RNN backend='scan')"
+
+
+def _fail(source: pathlib.Path, what: str, hint: str) -> ConfigError:
+    root = pathlib.Path(__file__).parents[3]  # above zoo/
+    where = source.relative_to(root) if source.is_relative_to(root) else source
     return ConfigError(
-        f"the CPU kernel zoo/nn/kernels/{name} could not be built: {what}. It needs a C++20 "
-        "compiler (g++ or clang++; `apt-get install g++`, or set CXX to one); or choose the "
-        "portable backend (RNN backend='scan').")
+        f"{where} could not be built: {what}. It needs a C++20 compiler (g++ or clang++; "
+        f"`apt-get install g++`, or set CXX to one); {hint}.")
 
 
 @functools.cache
-def compiled(name: str) -> ctypes.CDLL:
-    """The shared library built from zoo/nn/kernels/<name>, compiled here if not cached."""
-    source = SOURCES / name
+def compiled(name: str, directory: pathlib.Path | None = None, hint: str = _RNN_HINT
+             ) -> ctypes.CDLL:
+    """The shared library built from <directory>/<name> (zoo/nn/kernels/ by default), compiled
+    here if not cached; `hint`: the way out when it cannot be, for the error."""
+    source = (directory or SOURCES) / name
     include = jax.ffi.include_dir()
     compiler = _compiler()
     try:
         version = subprocess.run(compiler + ["--version"], capture_output=True, text=True,
                                  check=True).stdout
     except (OSError, subprocess.CalledProcessError) as e:
-        raise _fail(name, f"no working C++ compiler {shlex.join(compiler)!r} ({e})") from None
+        raise _fail(source, f"no working C++ compiler {shlex.join(compiler)!r} ({e})",
+                    hint) from None
     header = pathlib.Path(include, "xla", "ffi", "api", "ffi.h")
     key = hashlib.sha256()
     for part in (source.read_bytes(), header.read_bytes(), version.encode(),
@@ -80,10 +87,11 @@ def compiled(name: str) -> ctypes.CDLL:
                 command = compiler + list(FLAGS) + ["-I", include, str(source), "-o", str(built)]
                 result = subprocess.run(command, capture_output=True, text=True)
                 if result.returncode != 0:
-                    raise _fail(name, f"{shlex.join(command)} failed:\n{result.stderr[-2000:]}")
+                    raise _fail(source, f"{shlex.join(command)} failed:\n"
+                                        f"{result.stderr[-2000:]}", hint)
                 os.replace(built, target)
         except OSError as e:
             raise ConfigError(
-                f"the CPU kernel zoo/nn/kernels/{name} cannot be cached in {target.parent} "
+                f"{source.name} (built from {source.parent}) cannot be cached in {target.parent} "
                 f"({e}); set ZOO_KERNEL_CACHE to a writable directory") from None
     return ctypes.cdll.LoadLibrary(str(target))
