@@ -51,6 +51,27 @@ def test_checksums_name_flipped_resized_and_missing_files(tmp_path):
                      "c.bin is missing", "sub/b.bin has 9 bytes, 10 written"]
 
 
+def test_the_processes_of_a_restore_check_the_files_between_them(tmp_path, monkeypatch):
+    """Each of N processes CRCs only its share (the files it wrote, the rest spread by name),
+    so a pod reads the checkpoint once between its hosts. Before: every process read it all."""
+    save_steps(str(tmp_path))
+    directory = str(tmp_path / "checkpoints" / "4")
+    real, read = checksums._crc32, []
+    monkeypatch.setattr(checksums, "_crc32", lambda path: read.append(str(path)) or real(path))
+    every = sorted(json.loads((tmp_path / "checkpoints" / "4" / checksums.FILENAME).read_text()))
+    shares = []
+    for index in range(3):
+        read.clear()
+        assert checksums.problems(directory, (index, 3)) == []
+        shares.append(sorted(os.path.relpath(p, directory) for p in read))
+    assert sorted(sum(shares, [])) == every  # each file once, by one process
+    assert all(checksums.owner(rel, 3) == 0 for rel in every if "ocdbt.process_0/" in rel)
+    victim = next(rel for rel in every if rel.startswith("state/") and checksums.owner(rel, 3))
+    _flip_bytes(os.path.join(directory, victim), count=1)
+    found = [checksums.problems(directory, (i, 3)) for i in range(3)]
+    assert [bool(f) for f in found] == [i == checksums.owner(victim, 3) for i in range(3)]
+
+
 def test_every_async_save_commits_its_checksums(tmp_path):
     save_steps(str(tmp_path))
     for step in (2, 4):

@@ -288,7 +288,8 @@ class Checkpointer:
             raise
 
     def _read_step(self, step: int, directory: str, abstract, data_iterator):
-        found = verdicts.read(lambda: checksums.problems(directory),
+        share = (jax.process_index(), jax.process_count())  # each checks its own files
+        found = verdicts.read(lambda: checksums.problems(directory, share),
                       what=f"checking the checksums of {directory}")
         if found:
             raise verdicts.Unreadable(f"{len(found)} file(s) damaged since they were written: "

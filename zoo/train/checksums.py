@@ -14,6 +14,7 @@ save. A record that is there (a checkpoint copied up from a disk) is still check
 
 import json
 import os
+import re
 import zlib
 
 from zoo import paths
@@ -54,9 +55,21 @@ def write(directory: str) -> None:
     os.replace(tmp, os.path.join(directory, FILENAME))
 
 
-def problems(directory: str) -> list[str] | None:
+def owner(rel: str, count: int) -> int:
+    """Which of `count` processes checks the file `rel`: the one that wrote it (orbax's OCDBT
+    keeps each process's chunks under ocdbt.process_<i>/), the rest spread by name."""
+    match = re.search(r"(?:^|/)ocdbt\.process_(\d+)/", rel)
+    return (int(match.group(1)) if match else zlib.crc32(rel.encode())) % count
+
+
+def problems(directory: str, share: tuple[int, int] = (0, 1)) -> list[str] | None:
     """What differs from the recorded checksums ([] = intact), or None when `directory` has no
-    record (a checkpoint written before checksums existed, by a synchronous save, or to gs://)."""
+    record (a checkpoint written before checksums existed, by a synchronous save, or to gs://).
+
+    `share` = (index, count): of a multi-process restore, this process checks only the files
+    `owner` gives it, so the processes of a pod read the checkpoint once between them, not once
+    each (the restore gathers every process's verdict: damage anywhere is damage for all)."""
+    index, count = share
     root = paths.as_path(directory)
     record = root / FILENAME
     if not record.exists():
@@ -67,6 +80,8 @@ def problems(directory: str) -> list[str] | None:
         return [f"{FILENAME} is unreadable ({e})"]
     found = []
     for rel, expected in sorted(table.items()):
+        if owner(rel, count) != index:
+            continue
         path = root / rel
         if not path.exists():
             found.append(f"{rel} is missing")
