@@ -18,7 +18,7 @@ from zoo.errors import ConfigError
 from zoo.models import bert
 from zoo.tasks import lm, mlm_nsp
 from zoo.tasks.base import Task
-from zoo.train import loop, partitioning, program
+from zoo.train import layer_scan, loop, partitioning, program
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,6 +140,9 @@ class _RandomLM(lm.LanguageModelTask):
 
 
 def make_task(model: str, config: ml_collections.ConfigDict, vocab_size: int) -> Task:
+    """The job's task on random batches, its config settled for this machine's first device as
+    zoo.train.loop.build settles it (config.model.scan_unroll: zoo.train.layer_scan)."""
+    config = layer_scan.resolve(config, (jax.devices()[0].platform,))
     return (_RandomPretraining if model == "bert" else _RandomLM)(config, vocab_size)
 
 

@@ -50,7 +50,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         max_len=0,  # from scratch only: positions (0 = config.data.seq_len); else the checkpoint's
         dropout_rate=0.0 if tiny else 0.1, attention_dropout_rate=0.0 if tiny else 0.1,
         backend="einsum", attention_block=512, attention_window=0,
-        scan_layers=not tiny, remat="none",
+        scan_layers=not tiny, scan_unroll=0, remat="none",
         dtype="float32" if tiny else "bfloat16", param_dtype="float32",
     )
     config.finetune = dict(

@@ -21,7 +21,7 @@ _FIXED_OPTIONS = (
 # BertConfig fields a caller may choose; the rest describe the checkpoint and come from it.
 _FREE_FIELDS = (
     "dropout_rate", "attention_dropout_rate", "backend", "attention_block", "attention_window",
-    "scan_layers", "remat", "dtype", "param_dtype",
+    "scan_layers", "scan_unroll", "remat", "dtype", "param_dtype",
 )
 _REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
              "intermediate_size")
@@ -34,7 +34,8 @@ def config_from_hf(hf_config: Mapping[str, Any] | Any, **overrides: Any) -> Bert
       hf_config: the config as a dict (or a `transformers.BertConfig`). google-research's
         bert_config.json has no model_type and is read the same way.
       **overrides: choices the checkpoint does not make: dropout_rate, attention_dropout_rate,
-        backend, attention_block, attention_window, scan_layers, remat, dtype, param_dtype.
+        backend, attention_block, attention_window, scan_layers, scan_unroll, remat, dtype,
+        param_dtype.
 
     Raises:
       ValueError: not a BERT config, or one using an option our BERT does not implement.

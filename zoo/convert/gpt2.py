@@ -89,7 +89,7 @@ _FIXED_OPTIONS = (
 # GPTConfig fields a caller may choose; the rest describe the checkpoint and come from it.
 _FREE_FIELDS = (
     "dropout_rate", "attention_dropout_rate", "backend", "attention_block", "attention_window",
-    "scan_layers", "remat", "dtype", "param_dtype",
+    "scan_layers", "scan_unroll", "remat", "dtype", "param_dtype",
 )
 
 
@@ -99,7 +99,8 @@ def config_from_hf(hf_config: Mapping[str, Any] | Any, **overrides: Any) -> GPTC
     Args:
       hf_config: a GPT-2 config.json as a dict (or a `transformers.GPT2Config`).
       **overrides: choices the checkpoint does not make: dropout_rate, attention_dropout_rate,
-        backend, attention_block, attention_window, scan_layers, remat, dtype, param_dtype.
+        backend, attention_block, attention_window, scan_layers, scan_unroll, remat, dtype,
+        param_dtype.
 
     Raises:
       ValueError: not a GPT-2 config, or one using an option GPT does not implement.

@@ -50,6 +50,7 @@ class BertConfig:
     attention_block: int = 512
     attention_window: int = 0
     scan_layers: bool = False
+    scan_unroll: int = 1
     remat: str = "none"
     dtype: str = "float32"
     param_dtype: str = "float32"
@@ -260,6 +261,7 @@ class BertModel(nn.Module):
             backend=cfg.backend,
             attention_block=cfg.attention_block,
             scan_layers=cfg.scan_layers,
+            scan_unroll=cfg.scan_unroll,
             remat=cfg.remat,
             **_kernel(cfg),
         )

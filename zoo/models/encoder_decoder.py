@@ -135,6 +135,7 @@ class EncoderDecoder(nn.Module):
             backend=cfg.backend,
             attention_block=cfg.attention_block,
             scan_layers=cfg.scan_layers,
+            scan_unroll=cfg.scan_unroll,
             remat=cfg.remat,
             # Glorot-uniform projections, as fairseq and the Flax WMT example.
             kernel_init=nn.initializers.xavier_uniform(),

@@ -38,7 +38,8 @@ class TransformerConfig:
       norm_position: 'post' (the paper) or 'pre' (each stack then ends with a LayerNorm).
       share_embeddings: 'all', 'target' or 'none' (see the module docstring).
       positions: 'sinusoidal' (the paper) or 'learned'.
-      backend, attention_block, scan_layers, remat: as zoo.nn.transformer's stacks.
+      backend, attention_block, scan_layers, scan_unroll, remat: as zoo.nn.transformer's
+        stacks.
       attention_window: 0 = full attention; w > 0: each source token sees the w tokens either
         side of it, each target token the w before it (cross-attention stays full).
       dtype, param_dtype: compute and parameter dtypes by name ('float32', 'bfloat16').
@@ -65,6 +66,7 @@ class TransformerConfig:
     attention_block: int = 512
     attention_window: int = 0
     scan_layers: bool = False
+    scan_unroll: int = 1
     remat: str = "none"
     dtype: str = "float32"
     param_dtype: str = "float32"

@@ -38,6 +38,7 @@ class GPTConfig:
     attention_block: int = 512
     attention_window: int = 0
     scan_layers: bool = False
+    scan_unroll: int = 1
     remat: str = "none"
     dtype: str = "float32"
     param_dtype: str = "float32"
@@ -162,6 +163,7 @@ class GPT(nn.Module):
             backend=cfg.backend,
             attention_block=cfg.attention_block,
             scan_layers=cfg.scan_layers,
+            scan_unroll=cfg.scan_unroll,
             remat=cfg.remat,
             dtype=dtype,
             param_dtype=param_dtype,

@@ -18,7 +18,8 @@ from zoo.models import bert
 PRETRAINED_CONFIG_FILES = ("config.json", "bert_config.json")
 # Choices a checkpoint does not make; they come from config.model.
 _RUNTIME_FIELDS = ("dropout_rate", "attention_dropout_rate", "backend", "attention_block",
-                   "attention_window", "scan_layers", "remat", "dtype", "param_dtype")
+                   "attention_window", "scan_layers", "scan_unroll", "remat", "dtype",
+                   "param_dtype")
 
 
 def pretrained_directory(config: ml_collections.ConfigDict) -> str | None:

@@ -23,7 +23,7 @@ from zoo import paths
 from zoo.errors import ConfigError, UserError
 from zoo.train import metrics as metrics_lib
 from zoo.train import (compile_cache, contract, dropout_rng, dry_run, flops, goodput, init_from,
-                       optim, partitioning, program, recipe, step)
+                       layer_scan, optim, partitioning, program, recipe, step)
 from zoo.train import watchdog as watchdog_lib
 from zoo.train.checkpoint import Checkpointer
 from zoo.train.state import TrainState
@@ -133,6 +133,7 @@ def build(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFac
     mesh = partitioning.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor,
                                   devices=devices)
     rules = _rules(config)
+    config = layer_scan.resolve(config, dropout_rng.mesh_platforms(mesh))
     task = task_factory(config, workdir)
     optimizer = program.make_optimizer(task, config)
     state, state_sharding = partitioning.sharded_init(
