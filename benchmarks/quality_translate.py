@@ -369,9 +369,10 @@ def run(corpus_dir: str, models=MODELS, seeds=(0, 1), recipe: Recipe = FULL, out
     cache_dir = cache_dir or os.path.join(tempfile.gettempdir(), "zoo_quality_translate")
     torch_info = peers.setup_torch("cpu")
     started, start = datetime.datetime.now(datetime.timezone.utc), time.perf_counter()
+    commit = machine.zoo_commit()  # the code the run started with (it may be edited meanwhile)
 
     def header() -> dict:
-        return dict(machine=machine.machine_name(), zoo_commit=machine.zoo_commit(),
+        return dict(machine=machine.machine_name(), zoo_commit=commit,
                     jax=jax.__version__, torch=torch_info["torch"],
                     threads=torch_info["torch_threads"], mode=mode, corpus=corpus_dir,
                     started=started.strftime("%Y-%m-%d %H:%M UTC"), seeds=list(seeds),
