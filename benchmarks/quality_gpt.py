@@ -85,7 +85,7 @@ def run(corpus: quality_data.CharCorpus | quality_data.GPT2Corpus, recipe: Recip
               "val_tokens": int(len(corpus.val)), "metric": "val"}
     config = job_config(recipe, corpus.vocab_size, seed,
                         "gpt2" if isinstance(corpus, quality_data.GPT2Corpus) else "chars")
-    task = step_jobs.make_task("gpt", config, corpus.vocab_size)
+    task = step_jobs.make_task("gpt", config, corpus.vocab_size, step_jobs.here())
     eval_rows = min(recipe.eval_batches, 50) * recipe.batch
     zoo = quality_sides.ZooSide(config, task, eval_rows)
     peer = hf_side(task.model_config, config.optim, seed, eval_rows)

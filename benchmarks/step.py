@@ -53,7 +53,7 @@ import numpy as np
 from benchmarks import machine, peers, step_report
 # The jobs and tasks this times: SIZES, job_config and make_task are also used from here by the
 # other benchmarks and tests that lower the same step.
-from benchmarks.step_jobs import SIZES, build, job_config, make_task
+from benchmarks.step_jobs import SIZES, build, here, job_config, make_task
 from zoo import errors
 from zoo.errors import ConfigError
 from zoo.nn.recurrent import BACKENDS as RNN_BACKENDS
@@ -100,7 +100,7 @@ def bench_transformer(model: str, size: str, seq_len: int, batch: int, *, dtype:
     (`time_beside_hf_flax`). Returns (jsonl records, the summary row)."""
     config = job_config(model, size, seq_len, batch, dtype)
     spec = SIZES[model][size]
-    task = make_task(model, config, spec.vocab_size)
+    task = make_task(model, config, spec.vocab_size, here())  # settled as train.py here
     setup = build(config, task)
     # The dry run's estimate for this job on one device (what train.py --dry_run prints), set
     # beside XLA's count for the compiled step and the allocator's peak.

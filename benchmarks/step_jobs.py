@@ -139,11 +139,20 @@ class _RandomLM(lm.LanguageModelTask):
         return self.batch
 
 
-def make_task(model: str, config: ml_collections.ConfigDict, vocab_size: int) -> Task:
-    """The job's task on random batches, its config settled for this machine's first device as
-    zoo.train.loop.build settles it (config.model.scan_unroll: zoo.train.layer_scan)."""
-    config = layer_scan.resolve(config, (jax.devices()[0].platform,))
+def make_task(model: str, config: ml_collections.ConfigDict, vocab_size: int,
+              platforms: tuple[str, ...] | None = None) -> Task:
+    """The job's task on random batches. `platforms`: what its step will run on, settling
+    config.model.scan_unroll for them as zoo.train.loop.build does (zoo.train.layer_scan: the
+    benchmarks that time a step here pass this machine's); None leaves 'auto' unsettled (one
+    layer per iteration), as the compile command and export build a step for other hardware."""
+    if platforms is not None:
+        config = layer_scan.resolve(config, platforms)
     return (_RandomPretraining if model == "bert" else _RandomLM)(config, vocab_size)
+
+
+def here() -> tuple[str, ...]:
+    """The platform of the device a benchmark's one-device step runs on."""
+    return (jax.devices()[0].platform,)
 
 
 def build(config: ml_collections.ConfigDict, task: Task) -> loop.Setup:
