@@ -325,7 +325,7 @@ class TransformerEncoder(LayerSettings):
       scan_layers: run the layers with nn.scan over parameters stacked on a leading 'layers'
         axis (one compiled layer instead of num_layers copies).
       scan_unroll: layers per iteration of that scan; -1 = all of them, straight-line code
-        over the same stacked parameters (on a CPU 9-11% off a GPT step: the loop's slicing
+        over the same stacked parameters (on a CPU 6-11% off a GPT step: the loop's slicing
         and stacking of each layer's weights and residuals goes; on a TPU it multiplies
         compile time). zoo.train.layer_scan settles config.model.scan_unroll=0 ('auto').
       remat: 'none', 'full' (recompute everything in the backward pass) or 'dots' (keep the

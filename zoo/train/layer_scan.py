@@ -4,7 +4,7 @@ A stack with scan_layers=True keeps its layers' parameters stacked on one axis a
 a loop: one compiled layer, so a 24-layer model compiles as fast as a 1-layer one, which on a
 TPU is what makes a pod's compile take minutes, not an hour. On a CPU the loop is what costs:
 each iteration slices its layer's weights out of the stack and writes its residuals into the
-stacked buffers the backward pass reads (measured on the 2-core box: 9-11% of a GPT small train
+stacked buffers the backward pass reads (measured on the 2-core box: 6-11% of a GPT small train
 step, 2-3% of BERT small's), and compile time is small at CPU sizes. So 'auto' (0, the configs'
 default) unrolls the loop whole (-1) when the train step runs on CPUs and keeps one layer per
 iteration anywhere else. The parameters keep their stacked layout either way: a checkpoint
