@@ -108,7 +108,10 @@ def install(hold_s: float, exiting: Exiting, process_id: int, num_processes: int
     failed = library.zoo_abort_hold_install(
         hold_s, -1 if companion_fd is None else companion_fd, exit_code, ipv4, port, held,
         lost("Connection refused"), lost("no answer within 1 s"), own)
-    faulthandler.enable(file=sys.stderr, all_threads=True)
+    try:  # to fd 2, where the handler writes too (sys.stderr may be a capture without one)
+        faulthandler.enable(file=sys.__stderr__ or sys.stderr, all_threads=True)
+    except (AttributeError, OSError, ValueError):  # no file descriptor at all: no stacks
+        pass
     if failed:
         if not was_enabled:
             faulthandler.disable()
