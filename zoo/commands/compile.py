@@ -106,6 +106,7 @@ def report(step: aot.CompiledStep, config) -> str:
 def main(config, workdir):
     tpu_slice = topologies.parse(_TOPOLOGY.value, _NUM_SLICES.value)
     config = recipe.resolve(config)
+    jobs.configure_storage(config)
     task = jobs.make_task(config, workdir)
     step = aot.compile_train_step(task, config, tpu_slice)
     print(report(step, config), flush=True)

@@ -20,7 +20,6 @@ def make_task(config: ml_collections.ConfigDict, workdir: str):
     with the fetch command (zoo.data.corpora.check_fetched)."""
     factory = tasks.get(config.task)
     corpora.check_fetched(config.get("data"))
-    configure_storage(config)
     return factory(config, workdir)
 
 
