@@ -4,6 +4,7 @@ original tensors, bit for bit; pytorch_model.bin, sharded, bf16 and architecture
 checkpoints; the tokenizer files; atomic writes; and the errors a wrong directory gets."""
 
 import json
+import os
 import shutil
 
 import jax
@@ -398,3 +399,45 @@ def test_a_checkpoint_directory_in_a_bucket_loads_like_the_local_one(qa_export, 
         np.testing.assert_array_equal(x, y)
     with pytest.raises(FileNotFoundError, match=r"gs://.*/nothing is not a directory"):
         hf.load_pretrained(f"{gcs_bucket}/nothing")
+
+
+def test_a_bucket_directory_is_read_only_as_far_as_the_load_needs(gcs_knobs, gcs_bucket,
+                                                                 tmp_path):
+    """A hub directory holds its weights several times over (sharded safetensors, a
+    pytorch_model.bin, Keras and Flax copies): from a bucket, the load reads the configs, the
+    tokenizer and one set of weights. Before: every object under the directory."""
+    import fsspec
+
+    model = _hf_model("BertForQuestionAnswering")
+    hub = tmp_path / "hub"
+    model.save_pretrained(hub, max_shard_size="20KB")
+    _write_vocab(hub)
+    torch.save(model.state_dict(), hub / "pytorch_model.bin")
+    for name in ("tf_model.h5", "flax_model.msgpack", "onnx/model.onnx"):
+        (hub / name).parent.mkdir(exist_ok=True)
+        (hub / name).write_bytes(os.urandom(1 << 12))
+    fsspec.filesystem("gs").put(str(hub), f"{gcs_bucket}/hub".removeprefix("gs://"),
+                                recursive=True)
+    mark = gcs_knobs.mark()
+    _, got, _, tokenizer = hf.load_pretrained(f"{gcs_bucket}/hub")
+    _, want, _, _ = hf.load_pretrained(hub)
+    jax.tree.map(np.testing.assert_array_equal, got, want)
+    assert tokenizer is not None
+    read = {r["object"].removeprefix("hub/") for r in gcs_knobs.requests(since=mark)
+            if r["op"] == "read"}
+    shards = sorted(p.name for p in hub.glob("model-*.safetensors"))
+    assert len(shards) > 1
+    assert read == {"config.json", "model.safetensors.index.json", "vocab.txt",
+                    "tokenizer_config.json", *shards}, read
+
+    (hub / "model.safetensors.index.json").unlink()
+    for name in ["pytorch_model.bin", *shards]:
+        (hub / name).unlink()
+    fsspec.filesystem("gs").rm(f"{gcs_bucket}/hub".removeprefix("gs://"), recursive=True)
+    fsspec.filesystem("gs").put(str(hub), f"{gcs_bucket}/hub".removeprefix("gs://"),
+                                recursive=True)
+    mark = gcs_knobs.mark()
+    with pytest.raises(FileNotFoundError, match=r"hub has no weights file: .*It has "
+                                                r"tf_model\.h5, flax_model\.msgpack"):
+        hf.load_pretrained(f"{gcs_bucket}/hub")
+    assert not [r for r in gcs_knobs.requests(since=mark) if r["op"] == "read"]

@@ -97,13 +97,7 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any
       ImportError: torch is not installed and the weights are a pytorch_model.bin.
     """
     if paths.is_remote(path):
-        # Every reader below opens local files (safetensors, torch, the TF bundle reader):
-        # fetch the directory once. Everything returned is in memory, so the copy can go.
-        if not paths.as_path(path).is_dir():
-            raise MissingFileError(f"load_pretrained: {path} is not a directory (no objects "
-                                   "under it); give a Hugging Face checkpoint directory")
-        with paths.local_tree(path) as local:
-            return load_pretrained(local, **overrides)
+        return _load_remote(os.fspath(path), overrides)
     root = Path(path)
     if not root.is_dir():
         raise MissingFileError(
@@ -137,6 +131,57 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any
     params = _wrap(weights, bert_convert.params_from_hf, state_dict, config,
                    heads=False if head == "none" else head, num_labels=num_labels)
     return _bert_model(config, params, head, hf_config), params, config, _bert_tokenizer(root)
+
+
+# What load_pretrained reads besides the weights: the configs and every tokenizer's files.
+_SMALL_FILES = (CONFIG_FILE, GOOGLE_CONFIG_FILE, VOCAB_FILE, TOKENIZER_FILE,
+                TOKENIZER_CONFIG_FILE, gpt2_bpe.VOCAB_FILE, gpt2_bpe.MERGES_FILE)
+
+
+def _load_remote(path: str, overrides: Mapping[str, Any]):
+    """load_pretrained of a gs:// directory. Its readers open local files (safetensors, torch,
+    the TF bundle reader), so the files they read are downloaded to a temporary directory
+    that goes once everything returned (all in memory) is made. Only those: a hub directory
+    often holds its weights three or four times over (model.safetensors, pytorch_model.bin,
+    tf_model.h5, flax_model.msgpack, onnx/), and one copy is read."""
+    names = paths.list_names(path)
+    if not names:
+        raise MissingFileError(f"load_pretrained: {path} is not a directory (no files directly "
+                               "under it); give a Hugging Face checkpoint directory")
+    weights = _weights_to_read(path, names)
+    if not weights and any(name in names for name in TF_FILES):
+        raise _no_weights_error(path, [name for name in TF_FILES if name in names])
+    wanted = [name for name in _SMALL_FILES if name in names] + weights
+    with paths.local_tree(path, wanted) as local:
+        return load_pretrained(local, **overrides)
+
+
+def _weights_to_read(path: str, names: list[str]) -> list[str]:
+    """The weight files of the directory `path` holding `names` that load_pretrained reads:
+    the first of WEIGHTS_FILES (HF's preference) with the shards its index names, else every
+    TensorFlow checkpoint's .index and .data-* files (several are an error the reader names);
+    [] when it has none."""
+    found = [name for name in WEIGHTS_FILES if name in names]
+    if not found:
+        return [name for name in names if name.endswith(".index") or ".data-" in name]
+    if not found[0].endswith(".index.json"):
+        return found[:1]
+    try:
+        weight_map = json.loads(paths.read_bytes(paths.join(path, found[0]))).get("weight_map")
+        shards = sorted({shard for shard in weight_map.values() if shard in names})
+    except (ValueError, AttributeError, TypeError):
+        shards = []  # a broken index: the local reader names what is wrong with it
+    return found[:1] + shards
+
+
+def _no_weights_error(root: str | Path, other: list[str]) -> MissingFileError:
+    """No weights file in `root`, whose `other` (TF_FILES) weights zoo does not read."""
+    hint = (f" It has {', '.join(other)}: Keras (TF2) / Flax weights are not read here; "
+            "google-research/bert's TF1 checkpoints (<prefix>.index + <prefix>.data-*, "
+            "through zoo.convert.bert.params_from_tf_variables) are." if other else "")
+    return MissingFileError(
+        f"load_pretrained: {root} has no weights file: expected {SAFETENSORS_FILE} or "
+        f"{TORCH_FILE} (or a sharded *.index.json).{hint}")
 
 
 def _gpt2_tokenizer(root: Path) -> gpt2_bpe.GPT2Tokenizer | None:
@@ -275,14 +320,7 @@ def _read_weights(root: Path) -> tuple[dict[str, Any], str]:
     """(HF name -> array, the file(s) read) from the directory's weights file."""
     found = [name for name in WEIGHTS_FILES if (root / name).is_file()]
     if not found:
-        other = [name for name in TF_FILES if (root / name).exists()]
-        hint = (f" It has {', '.join(other)}: Keras (TF2) / Flax weights are not read here; "
-                "google-research/bert's TF1 checkpoints (<prefix>.index + <prefix>.data-*, "
-                "through zoo.convert.bert.params_from_tf_variables) are." if other else "")
-        raise MissingFileError(
-            f"load_pretrained: {root} has no weights file: expected {SAFETENSORS_FILE} or "
-            f"{TORCH_FILE} (or a sharded *.index.json).{hint}"
-        )
+        raise _no_weights_error(root, [name for name in TF_FILES if (root / name).exists()])
     name = found[0]
     if not name.endswith(".index.json"):
         return _read_weights_file(root / name), str(root / name)

@@ -27,7 +27,7 @@ import shutil
 import socket
 import tempfile
 import urllib.parse
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import fsspec
@@ -371,22 +371,31 @@ def local_copy(path: PathLike) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def local_tree(path: PathLike) -> Iterator[str]:
+def local_tree(path: PathLike, names: Iterable[str] | None = None) -> Iterator[str]:
     """A local directory holding `path`'s files: the directory itself when local, else a
-    temporary download of every object under it (for readers built on local files: a
-    Hugging Face or google-research checkpoint read by zoo.hf)."""
+    temporary download (for readers built on local files: a Hugging Face or google-research
+    checkpoint read by zoo.hf) of `names` (files under `path`), or of every object under it
+    when None. Each file is streamed through a RetryingReader, so a passing failure costs a
+    chunk, not the file, and a silent bucket ends in one error naming the object."""
     if not is_remote(path):
         yield os.fspath(as_path(path))
         return
     with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
         local = os.path.join(tmp, as_path(path).name)
-        root = os.fspath(path).split("://", 1)[1].rstrip("/")
-        for name in fsspec.filesystem("gs").find(root):
-            target = os.path.join(local, name[len(root):].lstrip("/"))
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            with open(target, "wb") as f:
-                f.write(as_path("gs://" + name).read_bytes())
+        os.makedirs(local)
+        if names is None:
+            root = os.fspath(path).split("://", 1)[1].rstrip("/")
+            names = [name[len(root):].lstrip("/") for name in fsspec.filesystem("gs").find(root)]
+        for name in names:
+            download(join(path, name), os.path.join(local, name))
         yield local
+
+
+def download(path: PathLike, local: str) -> None:
+    """Copies the file `path` (local or gs://) to the local file `local`, making its folder."""
+    os.makedirs(os.path.dirname(local) or ".", exist_ok=True)
+    with open_read(path) as src, open(local, "wb") as dst:
+        shutil.copyfileobj(src, dst, RetryingReader.CHUNK)
 
 
 def move_tree(src: PathLike, dst: PathLike) -> None:

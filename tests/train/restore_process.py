@@ -3,7 +3,7 @@ zoo.train.checkpoint.Checkpointer, with a restore fault injected on one process,
 tests/train/test_restore_decisions.py (no model and no train step: a restore's decision is
 what is under test, and a process that compiles nothing starts in seconds).
 
-    python tests/train/restore_process.py save|restore|init WORKDIR
+    python tests/train/restore_process.py save|restore|init|pretrained WORKDIR
 
 Cluster: JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES, JAX_PROCESS_ID (one CPU device each).
 Faults (test harness only, never in zoo/): ZOO_TEST_RESTORE_FAULT=KIND:PROCESS, KIND one of
@@ -17,7 +17,9 @@ Faults (test harness only, never in zoo/): ZOO_TEST_RESTORE_FAULT=KIND:PROCESS, 
   unlisted that process's listing of the checkpoints lacks the newest step (a workdir on a
            disk that is not shared by every host; a listing taken as the save was committed)
 A restore prints 'RESTORED <value of params.b[0]>' (the step that was saved), init (the params
-alone, as config.train.init_from reads them) 'INIT <value>'.
+alone, as config.train.init_from reads them) 'INIT <value>'. pretrained starts a tiny BERT
+(PRETRAINED_BERT) from the Hugging Face directory WORKDIR through init_from.init_params and
+prints 'PRETRAINED <digest of its params>' (pretrained_digest).
 """
 
 import os
@@ -38,6 +40,39 @@ from zoo.train.checkpoint import Checkpointer  # noqa: E402
 from zoo.train.state import TrainState  # noqa: E402
 
 NEWEST = 4
+# The tiny BERT of mode 'pretrained' (BertForQuestionAnswering), as the test saves it.
+PRETRAINED_BERT = dict(vocab_size=40, hidden_size=16, num_layers=2, num_heads=2,
+                       intermediate_size=32, max_position_embeddings=16)
+
+
+def pretrained_digest(params) -> str:
+    """A digest of every array of `params` (host copies), comparable across processes."""
+    import hashlib
+
+    import numpy as np
+
+    digest = hashlib.sha256()
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        digest.update(jax.tree_util.keystr(path).encode())
+        digest.update(np.asarray(leaf).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def _pretrained(mesh, directory: str) -> None:
+    import flax.linen as nn
+
+    from zoo.models import bert
+    from zoo.train import init_from
+
+    model = bert.BertForQuestionAnswering(bert.BertConfig(**PRETRAINED_BERT))
+    ids = jnp.zeros((1, 8), jnp.int32)
+    params = jax.jit(lambda: nn.unbox(model.init(jax.random.key(1), ids, ids, ids)["params"]),
+                     out_shardings=NamedSharding(mesh, PartitionSpec()))()
+    state = TrainState.create(params, optax.sgd(0.1), jax.random.key(0))
+    state = init_from.init_params(directory, state)
+    # Every array is replicated: each process holds it whole.
+    local = jax.tree.map(lambda a: a.addressable_data(0), state.params)
+    print(f"PRETRAINED {pretrained_digest(local)}", flush=True)
 
 
 def _state(mesh, offset: float):
@@ -114,6 +149,9 @@ def main(mode: str, workdir: str) -> None:
         for step in (2, NEWEST):
             checkpointer.save(step, _state(mesh, float(step)))
         checkpointer.close()
+        return
+    if mode == "pretrained":
+        _pretrained(mesh, workdir)
         return
     fault = os.environ.get("ZOO_TEST_RESTORE_FAULT")
     if fault:

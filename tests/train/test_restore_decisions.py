@@ -272,3 +272,70 @@ def test_processes_listing_different_steps_stop_naming_both(saved_by_two):
                 f"{os.path.join(saved_by_two, 'checkpoints')}: process 0 lists 2 step(s), the "
                 "newest 4; process 1 lists 1 step(s), the newest 2") in out, out[-3000:]
     assert file_tree(saved_by_two) == before
+
+
+# --- init_from of a Hugging Face directory in a bucket, on two processes ---------------------
+
+
+def _pretrained_dir(tmp_path, hidden_size=None):
+    """A tiny BERT (restore_process.PRETRAINED_BERT, or another hidden size) saved as a Hugging
+    Face directory, with the weights a hub directory also holds in formats zoo does not read;
+    (directory, digest of the params load_pretrained gives)."""
+    import flax.linen as nn
+    import jax
+
+    from tests.train import restore_process
+    from zoo import hf
+    from zoo.models import bert
+
+    config = bert.BertConfig(**dict(restore_process.PRETRAINED_BERT,
+                                    **({"hidden_size": hidden_size} if hidden_size else {})))
+    ids = np.zeros((1, 8), np.int32)
+    params = bert.BertForQuestionAnswering(config).init(jax.random.key(7), ids, ids, ids)
+    directory = tmp_path / f"qa{hidden_size or ''}"
+    hf.save_pretrained(directory, config, nn.unbox(params["params"]))
+    for name in ("tf_model.h5", "flax_model.msgpack"):  # never read
+        (directory / name).write_bytes(os.urandom(1 << 16))
+    _, loaded, _, _ = hf.load_pretrained(directory)
+    return directory, restore_process.pretrained_digest(loaded)
+
+
+def _upload(local, bucket):
+    import fsspec
+
+    fsspec.filesystem("gs").put(str(local), f"{bucket}/{local.name}".removeprefix("gs://"),
+                                recursive=True)
+    return f"{bucket}/{local.name}"
+
+
+def test_init_from_a_bucket_is_read_once_by_process_0_and_broadcast(gcs_knobs, gcs_bucket,
+                                                                    tmp_path):
+    """Both processes start from the same params as a local load, and the bucket serves the
+    weights once, and none of the formats zoo does not read. Before: every process downloaded
+    every object of the directory (here 2 x the weights, 2 x the unread copies)."""
+    local, digest = _pretrained_dir(tmp_path)
+    directory = _upload(local, gcs_bucket)
+    mark = gcs_knobs.mark()
+    results = _job("pretrained", directory)
+    for code, out in results:
+        assert code == 0 and f"PRETRAINED {digest}" in out, out[-3000:]
+    served = {}
+    for request in gcs_knobs.requests(since=mark):
+        if request["op"] == "read" and request["status"] in (200, 206):
+            name = request["object"].rsplit("/", 1)[-1]
+            served[name] = served.get(name, 0) + request["bytes"]
+    assert served.get("model.safetensors") == (local / "model.safetensors").stat().st_size
+    assert "tf_model.h5" not in served and "flax_model.msgpack" not in served, served
+
+
+def test_init_from_that_process_0_cannot_read_stops_both_naming_it(gcs_bucket, tmp_path):
+    """Weights of another hidden size: process 0 (the one reader) finds them wrong, and
+    process 1 stops at once with its reason rather than waiting in the broadcast."""
+    local, _ = _pretrained_dir(tmp_path, hidden_size=8)
+    directory = _upload(local, gcs_bucket)
+    (code0, out0), (code1, out1) = _job("pretrained", directory)
+    assert code0 != 0 and "parameter shapes differ" in out0, out0[-3000:]
+    assert code1 != 0, out1[-3000:]
+    assert re.search(r"CheckpointRestoreError: config\.train\.init_from=.*: process 0 of 2, "
+                     r"which reads it for every process, could not \(.*parameter shapes "
+                     r"differ", out1), out1[-3000:]

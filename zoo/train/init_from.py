@@ -8,11 +8,14 @@ readers). Every mismatch is a user error naming config.train.init_from.
 
 import jax
 import numpy as np
+from jax.experimental import multihost_utils
 
 from zoo import paths
 from zoo.errors import ConfigError, MissingFileError
 from zoo.train import checkpoint, recipe
+from zoo.train import restore_verdicts as verdicts
 from zoo.train.checkpoint import Checkpointer, MissingParamsError
+from zoo.train.checkpoint_failures import first_line
 from zoo.train.state import TrainState
 
 
@@ -66,7 +69,42 @@ def _restore_subtree(source: Checkpointer, target, subtree: str, where: str = ""
 
 def _pretrained_params(directory: str, params, subtree: str | None):
     """`params` with `subtree` (or all of them) replaced by a pretrained checkpoint's, each
-    array placed on the sharding of the parameter it replaces."""
+    array placed on the sharding of the parameter it replaces.
+
+    With several processes, process 0 alone reads and converts the checkpoint and broadcasts
+    the arrays to the others (a bucket is read once per run, not once per host); whether its
+    read succeeded is gathered first (restore_verdicts.agree), so the others stop with its
+    reason instead of waiting in the broadcast."""
+    target = params if subtree is None else params[subtree]
+    where = f"config.train.init_from={directory!r}"
+    loaded, error, code, reason = None, None, verdicts.OK, ""
+    if jax.process_index() == 0:
+        try:
+            loaded = _read_pretrained(directory, target, subtree, where)
+        except Exception as e:  # noqa: BLE001 -- raised below, once every process knows
+            error, code, reason = e, verdicts.ERROR, first_line(e)
+    code, process, reason = verdicts.agree(code, reason)
+    if error is not None:
+        raise error
+    if code != verdicts.OK:
+        raise verdicts.CheckpointRestoreError(
+            f"{where}: process {process} of {jax.process_count()}, which reads it for every "
+            f"process, could not ({reason}); its log says why. Nothing was changed")
+    if jax.process_count() > 1:
+        loaded = broadcast_from_first(
+            loaded if loaded is not None else jax.tree.map(
+                lambda b: np.zeros(b.shape, b.dtype), target))
+    placed = jax.tree.map(lambda a, b: jax.device_put(a, b.sharding), loaded, target)
+    if jax.process_index() == 0:
+        print(f"initialised {subtree or 'params'} from {directory}", flush=True)
+    if subtree is None:
+        return placed
+    return {**params, subtree: placed}
+
+
+def _read_pretrained(directory: str, target, subtree: str | None, where: str):
+    """The checkpoint's params for `target` (params[subtree], or all of them) as host arrays
+    in target's dtypes; a ConfigError when its tree or shapes are another model's."""
     from zoo import hf  # torch/safetensors readers load only when a run asks for them
 
     _, loaded, _, _ = hf.load_pretrained(directory)
@@ -74,8 +112,6 @@ def _pretrained_params(directory: str, params, subtree: str | None):
         # A checkpoint with a head holds the encoder under `subtree` ('bert'); a bare encoder
         # (BertModel) is the subtree itself.
         loaded = loaded.get(subtree, loaded)
-    target = params if subtree is None else params[subtree]
-    where = f"config.train.init_from={directory!r}"
     if jax.tree.structure(loaded) != jax.tree.structure(target):
         def top(tree):
             return sorted(map(str, tree)) if isinstance(tree, dict) else type(tree).__name__
@@ -95,10 +131,24 @@ def _pretrained_params(directory: str, params, subtree: str | None):
         raise ConfigError(f"{where}: {len(mismatched)} parameter shapes differ from this "
                           f"model's: {'; '.join(mismatched[:3])}. The model config must be the "
                           "checkpoint's")
-    placed = jax.tree.map(lambda a, b: jax.device_put(np.asarray(a, b.dtype), b.sharding),
-                          loaded, target)
-    if jax.process_index() == 0:
-        print(f"initialised {subtree or 'params'} from {directory}", flush=True)
-    if subtree is None:
-        return placed
-    return {**params, subtree: placed}
+    return jax.tree.map(lambda a, b: np.asarray(a, b.dtype), loaded, target)
+
+
+# Arrays per broadcast: each device holds a chunk twice (in and out) while it is sent.
+BROADCAST_CHUNK_BYTES = 256 << 20
+
+
+def broadcast_from_first(tree):
+    """`tree` (host arrays, the same shapes on every process) as process 0 has it, on every
+    process: multihost_utils.broadcast_one_to_all in chunks of BROADCAST_CHUNK_BYTES, so a
+    large model never sits whole on each device twice."""
+    leaves, structure = jax.tree.flatten(tree)
+    out, chunk, size = [], [], 0
+    for leaf in leaves + [None]:
+        if chunk and (leaf is None or size + leaf.nbytes > BROADCAST_CHUNK_BYTES):
+            out += multihost_utils.broadcast_one_to_all(chunk)
+            chunk, size = [], 0
+        if leaf is not None:
+            chunk.append(leaf)
+            size += leaf.nbytes
+    return jax.tree.unflatten(structure, out)
