@@ -62,7 +62,7 @@ def unknown_corpus(corpus: str, known: tuple[str, ...]) -> ConfigError:
 def source_config() -> dict:
     """Where documents come from (zoo/data/readers/sources.py); shared by every text-corpus job."""
     return dict(
-        source="synthetic",  # synthetic | files | tfds ('text', the old spelling, still works)
+        source="synthetic",  # synthetic | files | tfds
         seed=0,
         synthetic_entities=500,  # synthetic source: world size (~0.8 documents per entity)
         train_files="",  # files source: comma-separated globs of BERT-format text files

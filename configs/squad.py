@@ -37,7 +37,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         dtype="float32" if tiny else "bfloat16", param_dtype="float32",
     )
     config.data = dict(
-        source="synthetic",  # synthetic | files | tfds (squad/v1.1, squad/v2.0); 'json' = files
+        source="synthetic",  # synthetic | files | tfds (squad/v1.1, squad/v2.0)
         version=variant.version,
         seed=0,
         synthetic_entities=2000,

@@ -34,15 +34,9 @@ _PREPARED_KEYS = ("source", "version", "seed", "synthetic_entities", "train_file
 
 
 def _prepared_settings(data: ml_collections.ConfigDict) -> dict:
-    """The _PREPARED_KEYS of config.data, the source in today's spelling."""
+    """The _PREPARED_KEYS of config.data, the source checked."""
     return dict({k: data[k] for k in _PREPARED_KEYS}, source=data_source.source_of(data))
 
-
-def _same_setting(key: str, prepared, wanted) -> bool:
-    # A directory prepared when SQuAD's own files were spelled 'json' still serves 'files'.
-    if key == "source" and isinstance(prepared, str):
-        return data_source.same_source(prepared, wanted)
-    return prepared == wanted
 
 
 def _tokenizer_file(config: ml_collections.ConfigDict, cache_dir: str) -> tuple[str, bytes]:
@@ -101,7 +95,7 @@ def _open_prepared(data: ml_collections.ConfigDict):
     settings, train, validation, examples = squad_prepared.read(root)
     want = _prepared_settings(data)
     differ = [f"config.data.{k}={data[k]!r} (prepared with {settings.get(k)!r})"
-              for k in _PREPARED_KEYS if not _same_setting(k, settings.get(k), want[k])]
+              for k in _PREPARED_KEYS if settings.get(k) != want[k]]
     if differ:
         raise ConfigError(
             f"config.data.prepared_dir={data.prepared_dir!r} was prepared with other settings: "

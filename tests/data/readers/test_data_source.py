@@ -1,53 +1,36 @@
-"""config.data.source: one vocabulary (synthetic | files | tfds) for every job, the old spellings
-('text', 'json') still read the same data with one notice, and the synthetic caches keep the
-file names runs already made."""
+"""config.data.source: one vocabulary (synthetic | files | tfds) for every job, anything else one
+error naming the key and the choices, and the synthetic caches keep the file names runs already
+made."""
 
 import os
 
 import ml_collections
 import pytest
 
-from configs import classify, common, gpt_classify, squad as squad_config, translate
-from zoo import deprecation
-from zoo.data.readers import (classification, data_source, multiple_choice, parallel, sources,
+from configs import classify, gpt_classify, squad as squad_config, translate
+from zoo.data.readers import (classification, data_source, multiple_choice, parallel,
                               squad)
 from zoo.errors import ConfigError
-from zoo.tasks import squad as squad_task
-
-
-@pytest.fixture(autouse=True)
-def _fresh_notices(monkeypatch):
-    monkeypatch.setattr(deprecation, "_noticed", set())
 
 
 def _data(**values) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(values)
 
 
-@pytest.mark.parametrize("given, meant", [("synthetic", "synthetic"), ("files", "files"),
-                                          ("tfds", "tfds"), ("text", "files"), ("json", "files")])
-def test_every_spelling_means_one_source(given, meant):
-    assert data_source.source_of(_data(source=given)) == meant
+@pytest.mark.parametrize("given", ["synthetic", "files", "tfds"])
+def test_every_job_takes_the_same_three_words(given):
+    assert data_source.source_of(_data(source=given)) == given
 
 
-def test_an_old_spelling_is_noticed_once_on_one_line(capsys):
-    for _ in range(3):
-        assert data_source.source_of(_data(source="text")) == "files"
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1
-    assert err.startswith("zoo: deprecated: config.data.source='text' is now spelled 'files'")
-    data_source.source_of(_data(source="files"))
-    assert capsys.readouterr().err == ""
-
-
-@pytest.mark.parametrize("accepted, match", [
-    (data_source.SOURCES,
-     r"config\.data\.source must be 'synthetic', 'files' or 'tfds', got 'txt'"),
-    (data_source.SOURCES[:2], r"config\.data\.source must be 'synthetic' or 'files', got 'txt'"),
+@pytest.mark.parametrize("given", ["txt", "text", "json"])
+@pytest.mark.parametrize("accepted, choices", [
+    (data_source.SOURCES, "'synthetic', 'files' or 'tfds'"),
+    (data_source.SOURCES[:2], "'synthetic' or 'files'"),
 ])
-def test_an_unknown_source_names_the_key_and_the_choices(accepted, match):
-    with pytest.raises(ConfigError, match=match):
-        data_source.source_of(_data(source="txt"), accepted)
+def test_an_unknown_source_names_the_key_and_the_choices(accepted, choices, given):
+    with pytest.raises(ConfigError, match=rf"config\.data\.source must be {choices}, got "
+                                          rf"'{given}'"):
+        data_source.source_of(_data(source=given), accepted)
 
 
 def test_a_job_without_tfds_says_which_sources_it_takes(tmp_path):
@@ -103,29 +86,3 @@ def test_a_synthetic_split_is_written_once(tmp_path):
     assert first == again == os.path.join(str(tmp_path), "stem-train.txt")
     assert made == [1] and open(first).read() == "a"
     assert os.listdir(tmp_path) == ["stem-train.txt"]  # no temporary file left behind
-
-
-def test_old_spellings_read_the_same_files(tmp_path):
-    (tmp_path / "corpus.txt").write_text("One sentence.\nTwo sentences.\n\nA second document.\n")
-    documents = {}
-    for spelling in ("text", "files"):
-        cfg = ml_collections.ConfigDict(common.source_config())
-        cfg.update(source=spelling, train_files=str(tmp_path / "corpus.txt"))
-        documents[spelling] = sources.load_documents(cfg, "train")
-    assert documents["text"] == documents["files"] == [["One sentence.", "Two sentences."],
-                                                       ["A second document."]]
-    data = squad_config.get_config("size=tiny").data
-    json_file = squad.load_split(data, "validation", str(tmp_path))  # the synthetic split
-    path = os.path.join(tmp_path, f"squad-v1.1-seed0-{data.synthetic_entities}-validation.json")
-    examples = {}
-    for spelling in ("json", "files"):
-        data.update(source=spelling, eval_file=path)
-        examples[spelling] = squad.load_split(data, "validation", str(tmp_path))
-    assert examples["json"] == examples["files"] == json_file
-
-
-def test_a_squad_directory_prepared_as_json_serves_files():
-    assert squad_task._same_setting("source", "json", "files")
-    assert squad_task._same_setting("source", "files", "files")
-    assert not squad_task._same_setting("source", "synthetic", "files")
-    assert not squad_task._same_setting("seed", 0, 1)

@@ -1,9 +1,6 @@
 """config.data.source, one vocabulary for every job: 'synthetic' (the seeded offline world,
 the default), 'files' (your own files) or 'tfds' (a TFDS dataset prepared in a local data_dir).
 
-Before this, "your own files" was spelled 'text' by the corpus jobs (BERT pretraining, the LMs,
-word2vec, ELMo) and 'json' by SQuAD; both still work and map to 'files' with a one-line notice.
-
 Each reader's `load_split(data, split, cache_dir)` dispatches through `load_split` here, and a
 synthetic split goes through `synthetic_file`: written once into the cache in the format a
 user's file would have, then read back by the same reader, so the synthetic path tests the
@@ -16,13 +13,11 @@ from typing import TypeVar
 
 import ml_collections
 
-from zoo import deprecation, paths
+from zoo import paths
 from zoo.errors import ConfigError
 
 SYNTHETIC, FILES, TFDS = "synthetic", "files", "tfds"
 SOURCES = (SYNTHETIC, FILES, TFDS)
-# Spellings jobs used before the one vocabulary -> the value they mean now.
-OLD_SPELLINGS = {"text": FILES, "json": FILES}
 
 T = TypeVar("T")
 
@@ -34,22 +29,11 @@ def _listed(names: Sequence[str]) -> str:
 
 def source_of(data: ml_collections.ConfigDict, accepted: Sequence[str] = SOURCES,
               key: str = "config.data.source") -> str:
-    """config.data.source in today's spelling (an old one noticed once); a ConfigError naming
-    the key and the values this job takes for anything else."""
-    given = data.source
-    source = OLD_SPELLINGS.get(given, given)
-    if source not in accepted:
-        raise ConfigError(f"{key} must be {_listed(accepted)}, got {given!r}")
-    if source != given:
-        deprecation.notice(f"{key}={given!r} is now spelled {source!r} (synthetic | files | "
-                           "tfds for every job); the old spelling still works")
-    return source
-
-
-def same_source(a: str, b: str) -> bool:
-    """Whether two recorded config.data.source values mean the same source (a directory
-    prepared with 'json' matches a config saying 'files')."""
-    return OLD_SPELLINGS.get(a, a) == OLD_SPELLINGS.get(b, b)
+    """config.data.source; a ConfigError naming the key and the values this job takes for
+    anything else."""
+    if data.source not in accepted:
+        raise ConfigError(f"{key} must be {_listed(accepted)}, got {data.source!r}")
+    return data.source
 
 
 def split_file(data: ml_collections.ConfigDict, split: str, what: str) -> str:

@@ -1,5 +1,5 @@
 """Where documents come from (config.data.source): the synthetic world (default, offline), your
-own text files ('files'; 'text' before) or TFDS.
+own text files ('files') or TFDS.
 
 Every source yields documents as lists of sentences, the form both LM packing and BERT's
 sentence-pair creation start from.

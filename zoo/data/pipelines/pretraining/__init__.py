@@ -167,7 +167,7 @@ def prepare_pieces(
       workers: worker processes on this host (1 = in this process).
       process_index, process_count: this host's share: the shards i with
         i % process_count == process_index.
-      report: called with progress lines (preparation_progress: shards done, examples/s,
+      report: called with progress lines (pretraining.progress: shards done, examples/s,
         MB/s, ETA) and waits.
       poll_seconds: how often a waiting process looks for the others' markers.
       tokenizer_id: tokenizer_fingerprint, when the caller has it.

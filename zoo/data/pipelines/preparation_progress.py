@@ -1,4 +1,0 @@
-"""Moved to zoo.data.pipelines.pretraining.progress."""
-from zoo import deprecation
-
-deprecation.moved(__name__, "zoo.data.pipelines.pretraining.progress")
