@@ -10,10 +10,12 @@ optimizer and dropout), each program compiled once and then called in turns, the
 reversed every round, so a change of load falls on all alike (medians):
   forward               the eval loss (no dropout)
   grad                  the train-mode loss gradient (dropout on), no update
-  step: job             the train step as train.py builds it here (threefry dropout on a CPU)
+  step: job             the train step as train.py builds it here (threefry dropout and the
+                        layer scan unrolled on a CPU)
   step: no dropout      dropout_rate and attention_dropout_rate 0
   step: rbg, unsafe_rbg dropout drawn with XLA's RngBitGenerator (config.train.dropout_rng)
-  step: unrolled        model.scan_layers=False: the layers unrolled, not in nn.scan's loop
+  step: no scan         model.scan_layers=False: each layer its own params, no nn.scan (and
+                        no stacked params to slice)
 The ratios are to `forward`; "update" is step minus grad (the optimizer, clipping, the guards).
 
 **TPU compiler.** BERT-base seq 512 batch 16 and GPT-2 124M seq 1024 batch 8 in bfloat16 (the
@@ -41,7 +43,7 @@ import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 
 from benchmarks import cli, machine  # noqa: E402
-from benchmarks.step_jobs import SIZES, build, job_config, make_task  # noqa: E402
+from benchmarks.step_jobs import SIZES, build, here, job_config, make_task  # noqa: E402
 from zoo.train import aot, loop, topologies  # noqa: E402
 
 NO_DROPOUT = {"dropout_rate": 0.0, "attention_dropout_rate": 0.0}
@@ -51,7 +53,7 @@ STEP_VARIANTS = {
     "no dropout": ("auto", NO_DROPOUT),
     "rbg": ("rbg", {}),
     "unsafe_rbg": ("unsafe_rbg", {}),
-    "unrolled": ("auto", {"scan_layers": False}),
+    "no scan": ("auto", {"scan_layers": False}),
 }
 # (model, size, seq_len, batch, slice) compiled for the TPU: the H100 run's shapes, each on one
 # chip it fits (GPT-2's needs 17.8 GiB of temporaries: more than a v5e's 16 GiB).
@@ -64,11 +66,13 @@ _OP = re.compile(r"\s*(?:ROOT )?%\S+ = (.+?) ([\w\-]+)\(")
 
 
 def _job(model: str, size: str, seq_len: int, batch: int, dtype: str, dropout_rng: str,
-         overrides: dict):
+         overrides: dict, platforms: tuple[str, ...]):
+    """The job's config and task, its layer scan settled for `platforms` as train.py's would be
+    (zoo.train.layer_scan: unrolled on a CPU, a loop on an accelerator)."""
     config = job_config(model, size, seq_len, batch, dtype)
     config.train.dropout_rng = dropout_rng
     config.model.update(overrides)
-    return config, make_task(model, config, SIZES[model][size].vocab_size)
+    return config, make_task(model, config, SIZES[model][size].vocab_size, platforms=platforms)
 
 
 def _cpu_calls(model: str, size: str, seq_len: int) -> dict:
@@ -76,7 +80,7 @@ def _cpu_calls(model: str, size: str, seq_len: int) -> dict:
     batch = 512 // seq_len
     calls = {}
     for name, (rng, overrides) in STEP_VARIANTS.items():
-        config, task = _job(model, size, seq_len, batch, "float32", rng, overrides)
+        config, task = _job(model, size, seq_len, batch, "float32", rng, overrides, here())
         setup = build(config, task)
         data = jax.device_put(task.init_batch(), setup.batch_sharding)
         train_step = loop.make_train_step(setup, config)
@@ -132,7 +136,7 @@ def _instruction_kinds(hlo: str) -> dict[str, int]:
 def compile_tpu(model: str, size: str, seq_len: int, batch: int, slice_name: str,
                 variant: str) -> dict:
     rng, overrides = TPU_VARIANTS[variant]
-    config, task = _job(model, size, seq_len, batch, "bfloat16", rng, overrides)
+    config, task = _job(model, size, seq_len, batch, "bfloat16", rng, overrides, ("tpu",))
     compiled = aot.compile_train_step(task, config, topologies.parse(slice_name))
     kinds = _instruction_kinds(compiled.hlo)
     return dict(part="tpu", model=model, size=size, seq_len=seq_len, batch=batch,
