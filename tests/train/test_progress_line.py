@@ -59,3 +59,30 @@ def test_peak_flops_from_the_spec_table_or_the_override():
     assert metrics.peak_flops(devices("NVIDIA H100 80GB HBM3", 2)) == 2 * 989e12
     assert metrics.peak_flops(devices("cpu", 4)) is None
     assert metrics.peak_flops(devices("cpu", 4), override=1e12) == 4e12
+
+
+def test_a_long_eval_pass_says_where_it_is_every_interval():
+    """A beam search over a validation split ran for minutes without a line (the real-text
+    tutorial's translation: 8 min of silence after the last train step)."""
+    import io
+
+    now = [0.0]
+    out = io.StringIO()
+    progress = metrics.EvalProgress(total=6, every_s=30.0, stream=out, clock=lambda: now[0])
+    for seconds in (10, 25, 40, 50, 70, 80):  # a batch ends at each
+        now[0] = seconds
+        progress.update()
+    assert out.getvalue().splitlines() == [
+        "eval: batch 3/6 | 0:00:40 so far | ETA 0:00:40",
+        "eval: batch 5/6 | 0:01:10 so far | ETA 0:00:14",
+    ]
+    quiet = io.StringIO()
+    unsized = metrics.EvalProgress(every_s=30.0, stream=quiet, clock=lambda: now[0])
+    now[0] = 200.0
+    unsized.update()
+    assert quiet.getvalue() == "eval: batch 1 | 0:02:00 so far\n"
+
+
+def test_a_short_eval_pass_prints_no_progress(tiny_lm_config, tmp_path, capfd):
+    jobs.train(tiny_lm_config(steps=2, log_every=2), str(tmp_path / "run"), devices=ONE_DEVICE)
+    assert "eval: batch" not in capfd.readouterr().out

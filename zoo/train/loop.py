@@ -9,7 +9,7 @@ import dataclasses
 import json
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sized
 from typing import Any
 
 import flax.linen as nn
@@ -67,13 +67,16 @@ def evaluate_split(task, eval_step, params, batch_sharding, predict_step=None
     Predicting task given its `predict_step`, the scored predictions) and the files the scoring
     made, not yet written: the caller writes them where it decides (contract.write_outputs)."""
     history, outputs = [], []
-    for batch in task.eval_batches(jax.process_index(), jax.process_count()):
+    batches = task.eval_batches(jax.process_index(), jax.process_count())
+    progress = metrics_lib.EvalProgress(len(batches) if isinstance(batches, Sized) else None)
+    for batch in batches:
         batch = _to_global(batch, batch_sharding)
         history.append(eval_step(params, batch))
         if predict_step is not None:
             # Every process gets the whole batch's outputs (post-processing is host-side).
             outputs.append(multihost_utils.process_allgather(predict_step(params, batch),
                                                              tiled=True))
+        progress.update()
     summary = task.summarize(metrics_lib.sum_metrics(history))
     if not outputs:
         return contract.Scored(summary)

@@ -147,6 +147,35 @@ class Progress:
         return rates
 
 
+class EvalProgress:
+    """A console line every `every_s` seconds of an eval pass (process 0): batches done, of how
+    many when the pass knows, the time so far and the ETA. Silent for a pass shorter than
+    `every_s`; a beam search over a validation split can take minutes, and minutes without a
+    word read as a hang."""
+
+    def __init__(self, total: int | None = None, every_s: float = 30.0, stream=None,
+                 clock=time.perf_counter):
+        self.total, self.every_s, self._stream, self._clock = total, every_s, stream, clock
+        self._start = self._last = clock()
+        self.done = 0
+
+    def update(self) -> None:
+        """One more batch evaluated."""
+        self.done += 1
+        now = self._clock()
+        if now - self._last < self.every_s or jax.process_index() != 0:
+            return
+        self._last = now
+        elapsed = now - self._start
+        of = f"/{self.total}" if self.total else ""
+        eta = ""
+        if self.total:
+            left = elapsed / self.done * (self.total - self.done)
+            eta = f" | ETA {datetime.timedelta(seconds=int(left))}"
+        print(f"eval: batch {self.done}{of} | {datetime.timedelta(seconds=int(elapsed))} so far"
+              f"{eta}", file=self._stream or sys.stdout, flush=True)
+
+
 def sum_metrics(history: list[dict]) -> dict[str, float]:
     """Adds per-step metric sums fetched from device in one transfer."""
     host = jax.device_get(history)
