@@ -611,3 +611,28 @@ def test_slides_greedy_gets_0_048_and_beam_search_finds_0_054():
     # Beam 1 is greedy search: it keeps the same 0.048 sequence.
     beam1 = decoding.beam_search(_seed_table_decoder(), prompt, beam_size=1, alpha=0.0, **ends)
     assert beam1.tokens[0, 0].tolist() == greedy.tokens[0].tolist()
+
+
+def test_the_compiled_beam_search_picks_its_candidates_without_sorting_them():
+    """XLA's CPU compiler keeps lax.top_k as its TopK call only when every use of the values
+    starts at the first; the pool's admission bound took the K-th value alone
+    (top_k(...)[0][:, -1:]), and both of the step's top_k over the K * V candidates became full
+    sorts of every row: a tiny translator's beam search over 64 verses took 138 s, 96% of it
+    in two sorts, and 6 s after. The outside judge: the compiled program."""
+    from zoo import beam_search as beam_module
+
+    table = np.random.default_rng(0).normal(size=(9, 500, 500)).astype(np.float32)
+    dec = _markov_decoder(table, 4)
+    prompts, lengths = np.full((4, 1), BOS, np.int32), np.ones((4,), np.int32)
+    hlo = beam_module._beam_search.lower(
+        dec, prompts, lengths, 0.6, max_len=9, beam_size=4, eos_id=EOS, pad_id=PAD
+    ).compile().as_text()
+    # The only sort left is the pool's (B x 2K scores), not the K * V = 2,000 candidates.
+    sorted_rows = [line for line in hlo.splitlines() if " sort(" in line]
+    assert sorted_rows and not [line for line in sorted_rows if "2000]" in line], sorted_rows
+    assert hlo.count("TopK") >= 2
+    # Top-k sampling's threshold is the same K-th value (no top-p: nothing else sorts).
+    hlo = decoding._generate.lower(
+        dec, prompts, lengths, jax.random.key(0), 1.0, 1.0, max_len=9, eos_id=EOS, pad_id=PAD,
+        greedy=False, top_k=5, filter_top_p=False).compile().as_text()
+    assert " sort(" not in hlo and "TopK" in hlo

@@ -9,8 +9,8 @@ import numpy as np
 from jax import lax
 
 from zoo.data.tokenizers.base import EOS_ID, PAD_ID
-from zoo.decoder import (Decoded, Decoder, check_args, check_float, check_vocab, map_batched,
-                         start_loop)
+from zoo.decoder import (Decoded, Decoder, check_args, check_float, check_vocab, kth_largest,
+                         map_batched, start_loop)
 from zoo.errors import ConfigError
 
 
@@ -52,7 +52,7 @@ def _beam_search(decoder, prompts, lengths, alpha, *, max_len, beam_size, eos_id
         # Finished candidates: a beam + EOS, admitted to the pool only if it ranks among this
         # step's K best candidates (the classic beam: it would have been kept). With K = 1 this
         # is exactly greedy's stopping rule.
-        kth = lax.top_k(cand.reshape(batch, k * vocab), k)[0][:, -1:]  # (B, 1)
+        kth = kth_largest(cand.reshape(batch, k * vocab), k)  # (B, 1)
         eos_logp = cand[:, :, eos_id]  # (B, K)
         admit = (~forced & ~done)[:, None] & (eos_logp >= kth) & (eos_logp > -jnp.inf)
         gen_len = (t + 2 - lengths).astype(jnp.float32)  # continuation length incl. EOS (B,)
@@ -85,7 +85,7 @@ def _beam_search(decoder, prompts, lengths, alpha, *, max_len, beam_size, eos_id
         # fill it with improbable early EOS hypotheses from the weaker beams one step before
         # the best beam ended: the tiny translator scored 'forty plus forty equals ninety'
         # (log P -5.26) over greedy's 'eighty' (-0.61), 3 points of exact match below greedy.
-        best_to_come = live_logp[:, 0] / max_gen**alpha  # (B,)
+        best_to_come = jnp.max(live_logp, axis=1) / max_gen**alpha  # (B,): live_logp[:, 0]
         full = fin_scores[:, -1] > -jnp.inf
         beaten = fin_scores[:, -1] >= best_to_come
         done = done | (full & beaten) | jnp.all(live_logp == -jnp.inf, axis=1)

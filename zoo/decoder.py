@@ -13,6 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from zoo.errors import ConfigError
 
@@ -265,3 +266,11 @@ def check_vocab(logits, eos_id, pad_id):
             f"decoding: eos_id={eos_id} and pad_id={pad_id} must be ids of the model's "
             f"vocabulary of {vocab}"
         )
+
+
+def kth_largest(x: jnp.ndarray, k: int) -> jnp.ndarray:
+    """The k-th largest entry of each row of x [B, N], as [B, 1]: the least of lax.top_k's k
+    values. Not top_k(...)[0][:, -1:]: XLA's CPU compiler keeps a top_k as its TopK call only
+    when every use of the values starts at the first, and sorted each whole row otherwise
+    (a beam search over 4 x 8,000 candidates a row spent 96% of its time in those sorts)."""
+    return jnp.min(lax.top_k(x, k)[0], axis=1, keepdims=True)

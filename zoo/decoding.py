@@ -30,7 +30,7 @@ from jax import lax
 from zoo.beam_search import beam_search
 from zoo.data.tokenizers.base import EOS_ID, PAD_ID
 from zoo.decoder import (Decoded, Decoder, StepFn, check_args, check_float, check_vocab,
-                         concrete, from_linen, start_loop)
+                         concrete, from_linen, kth_largest, start_loop)
 from zoo.errors import ConfigError
 
 # Decoder, Decoded, from_linen and beam_search live in zoo.decoder and zoo.beam_search; this is
@@ -43,7 +43,7 @@ def _filter_logits(logits, temperature, top_k, top_p, filter_top_p):
     logits = logits / jnp.where(temperature > 0, temperature, 1.0)
     if 0 < top_k < logits.shape[-1]:
         # Ties with the k-th value survive too: k is a floor on the kept set, not a cap.
-        kth = lax.top_k(logits, top_k)[0][:, -1:]  # (N, 1)
+        kth = kth_largest(logits, top_k)  # (N, 1)
         logits = jnp.where(logits < kth, -jnp.inf, logits)
     if filter_top_p:
         # Keep the smallest top set whose probability reaches top_p: a token stays when the mass
