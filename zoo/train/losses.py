@@ -60,7 +60,7 @@ def _is_argmax(logits: jnp.ndarray, targets: jnp.ndarray, target_logit: jnp.ndar
     maximum the loss computes anyway: the target's logit is the maximum and no lower index
     reaches it. One elementwise-and-reduce pass over the logits, which XLA fuses, against
     argmax's variadic (value, index) reduction (~15% of a GPT step over [1024, 50,257] logits
-    on a 2-core CPU) or lax.top_k's sort call (~3%, and it gathers the logits of every device
+    on a 2-core CPU) or lax.top_k's TopK call (~3%, and it gathers the logits of every device
     onto each); across devices it reduces where the logits lie."""
     vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
     earlier_peak = jnp.any((logits == peak[..., None]) & (vocab < targets[..., None]), axis=-1)
