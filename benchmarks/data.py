@@ -98,11 +98,9 @@ def _sweep(stage: str, make_iterator, args, progress, **fields) -> list[dict]:
 
 def _pretraining(dynamic: bool):
     def stage(args, progress) -> list[dict]:
-        from zoo.data.pipelines import (
-            pretraining,
-            pretraining_batches,
-            pretraining_examples,
-        )
+        from zoo.data.pipelines import pretraining
+        from zoo.data.pipelines.pretraining import batches as pretraining_batches
+        from zoo.data.pipelines.pretraining import examples as pretraining_examples
         from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 
         docs = documents(args.entities)
