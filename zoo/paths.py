@@ -361,12 +361,7 @@ def local_copy(path: PathLike) -> Iterator[str]:
         return
     with tempfile.TemporaryDirectory(prefix="zoo-") as tmp:
         local = os.path.join(tmp, path.name)
-
-        def copy():  # whole again on a retry: "wb" starts the local file over
-            with path.open("rb") as src, open(local, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-
-        retrying(copy, what=f"copying {path} to a local file")
+        download(path, local)
         yield local
 
 
