@@ -1,6 +1,7 @@
 """The suite sees 8 fake CPU devices, so sharded paths are testable without accelerators (tests
 that are not about sharding pass one of them to the loop)."""
 
+import inspect
 import os
 
 # Must be set before jax is imported anywhere: the CPU backend reads it once at start-up.
@@ -98,13 +99,40 @@ def pytest_configure(config):
                 os.environ["XLA_FLAGS"] += " " + flag
 
 
+def _compares_floats(test) -> bool:
+    """Whether a test function compares floats through tests/numerics.py: in its own code, or in
+    a function of the suite it calls, followed through (a module's helper that compares, a shared
+    checker). Marking the tests that do, not every test of a module that imports it, keeps such a
+    module's end-to-end and error-message tests (a command trained and run: 20-40 s each) out of
+    CI's second, reordered run."""
+    todo, seen = [test], set()
+    while todo:
+        function = inspect.unwrap(todo.pop())
+        code = getattr(function, "__code__", None)
+        if code is None or code in seen:
+            continue
+        seen.add(code)
+        codes, names = [code], set()
+        while codes:  # the function's nested functions, lambdas and comprehensions too
+            inner = codes.pop()
+            names.update(inner.co_names)
+            codes.extend(c for c in inner.co_consts if inspect.iscode(c))
+        for name in names:
+            value = function.__globals__.get(name)
+            origin = getattr(value, "__module__", None) or ""
+            if origin == "tests.numerics":
+                return True
+            if inspect.isfunction(value) and origin.startswith("tests"):
+                todo.append(value)
+    return False
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    # `numerics`: every test of a module that compares floats through tests/numerics.py.
+    # `numerics`: every test that compares floats through tests/numerics.py (_compares_floats).
     # .ci/run runs them a second time with their float32 rounding changed (docs/development/testing.md).
     for item in items:
-        names = vars(getattr(item, "module", None) or object).values()
-        if any(getattr(v, "__module__", None) == "tests.numerics" for v in names):
+        if _compares_floats(getattr(item, "function", None)):
             item.add_marker(pytest.mark.numerics)
         # The acceptance tier trains for minutes, and a module's first test also pays for its
         # module-scoped training fixture (the main job: most of the tier's 10-19 min); the
