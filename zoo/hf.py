@@ -77,10 +77,9 @@ def load_pretrained(path: str | os.PathLike, **overrides: Any
       path: the directory: config.json, model.safetensors or pytorch_model.bin, tokenizer
         files; or google-research's bert_config.json, <prefix>.index + <prefix>.data-*,
         vocab.txt (see the module docstring).
-      **overrides: config choices the checkpoint does not make (dropout_rate,
-        attention_dropout_rate, backend, attention_block, attention_window, scan_layers, remat,
-        dtype, param_dtype), as in
-        zoo.convert.bert.config_from_hf / zoo.convert.gpt2.config_from_hf.
+      **overrides: config choices the checkpoint does not make
+        (zoo.models.runtime_fields.RUN_CHOICES), as in zoo.convert.bert.config_from_hf /
+        zoo.convert.gpt2.config_from_hf.
 
     Returns:
       (model, params, config, tokenizer): `model.apply({"params": params}, ...)` runs it;

@@ -12,6 +12,7 @@ from zoo import tasks
 from zoo.commands import jobs
 from zoo.data.synthetic import classification as synthetic_classification
 from zoo.data.tokenizers import base as tokenizers
+from zoo.models.runtime_fields import RUN_CHOICES
 from zoo.train import init_from
 from zoo.train.checkpoint import Checkpointer
 
@@ -121,8 +122,14 @@ def test_fine_tunes_from_a_gpt2_directory_with_its_byte_level_tokenizer(pretrain
 
     config = _config(pretrained, init_from=str(directory), steps=2, eval_every=2,
                      checkpoint_every=2)
+    config.model.update(attention_block=64, scan_unroll=2)
     task = tasks.get("gpt_classify")(config, str(tmp_path / "run"))
     assert isinstance(task.tokenizer, gpt2_bpe.GPT2Tokenizer)
+    # The checkpoint fixes the architecture; every choice it leaves open comes from config.model
+    # (the imported layers stay unscanned: zoo.hf.load_pretrained's layout).
+    for key in RUN_CHOICES:
+        want = False if key == "scan_layers" else config.model[key]
+        assert getattr(task.model_config, key) == want, key
     setup = jobs.build(config, str(tmp_path / "run"), devices=ONE_DEVICE)
     state = init_from.init_params(str(directory), setup.state, "gpt")
     for got, want in zip(jax.tree.leaves(state.params["gpt"]),

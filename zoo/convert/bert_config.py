@@ -9,6 +9,7 @@ from typing import Any
 
 from zoo.errors import DataError
 from zoo.models.bert import BertConfig
+from zoo.models.runtime_fields import RUN_CHOICES
 
 # HF BERT options and the values our BERT implements; anything else changes the function.
 _FIXED_OPTIONS = (
@@ -17,11 +18,6 @@ _FIXED_OPTIONS = (
     ("is_decoder", (False,), "BERT is a bidirectional encoder"),
     ("add_cross_attention", (False,), "BERT is a bidirectional encoder"),
     ("tie_word_embeddings", (True,), "the MLM decoder is tied to the word embeddings"),
-)
-# BertConfig fields a caller may choose; the rest describe the checkpoint and come from it.
-_FREE_FIELDS = (
-    "dropout_rate", "attention_dropout_rate", "backend", "attention_block", "attention_window",
-    "scan_layers", "scan_unroll", "remat", "dtype", "param_dtype",
 )
 _REQUIRED = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
              "intermediate_size")
@@ -33,9 +29,9 @@ def config_from_hf(hf_config: Mapping[str, Any] | Any, **overrides: Any) -> Bert
     Args:
       hf_config: the config as a dict (or a `transformers.BertConfig`). google-research's
         bert_config.json has no model_type and is read the same way.
-      **overrides: choices the checkpoint does not make: dropout_rate, attention_dropout_rate,
-        backend, attention_block, attention_window, scan_layers, scan_unroll, remat, dtype,
-        param_dtype.
+      **overrides: the run's choices, which no checkpoint makes
+        (zoo.models.runtime_fields.RUN_CHOICES: the dropout rates, the attention kernel, the
+        layer scan, remat, the dtypes); every other field comes from the checkpoint.
 
     Raises:
       ValueError: not a BERT config, or one using an option our BERT does not implement.
@@ -53,11 +49,11 @@ def config_from_hf(hf_config: Mapping[str, Any] | Any, **overrides: Any) -> Bert
                 f"config_from_hf: {field}={hf[field]!r} is not supported ({why}); "
                 f"supported: {list(supported)}"
             )
-    bad = sorted(set(overrides) - set(_FREE_FIELDS))
+    bad = sorted(set(overrides) - set(RUN_CHOICES))
     if bad:
         raise ValueError(
             f"config_from_hf: cannot override {bad}: they describe the checkpoint; "
-            f"overridable fields are {list(_FREE_FIELDS)}"
+            f"overridable fields are {list(RUN_CHOICES)}"
         )
     d, heads = hf["hidden_size"], hf["num_attention_heads"]
     if d % heads:

@@ -36,6 +36,7 @@ from zoo.convert.arrays import listing, to_numpy
 from zoo.convert.rename_table import Row
 from zoo.errors import DataError
 from zoo.models.gpt import GPTConfig
+from zoo.models.runtime_fields import RUN_CHOICES
 
 # Shapes are written in symbols resolved from the config (`_dims`): V vocab, P positions, D model
 # width, H heads, K head width (D // H), F feed-forward width.
@@ -86,11 +87,6 @@ _FIXED_OPTIONS = (
     ("add_cross_attention", (False,), "GPT is decoder-only"),
     ("tie_word_embeddings", (True,), "GPT ties the output layer to wte"),
 )
-# GPTConfig fields a caller may choose; the rest describe the checkpoint and come from it.
-_FREE_FIELDS = (
-    "dropout_rate", "attention_dropout_rate", "backend", "attention_block", "attention_window",
-    "scan_layers", "scan_unroll", "remat", "dtype", "param_dtype",
-)
 
 
 def config_from_hf(hf_config: Mapping[str, Any] | Any, **overrides: Any) -> GPTConfig:
@@ -98,9 +94,9 @@ def config_from_hf(hf_config: Mapping[str, Any] | Any, **overrides: Any) -> GPTC
 
     Args:
       hf_config: a GPT-2 config.json as a dict (or a `transformers.GPT2Config`).
-      **overrides: choices the checkpoint does not make: dropout_rate, attention_dropout_rate,
-        backend, attention_block, attention_window, scan_layers, scan_unroll, remat, dtype,
-        param_dtype.
+      **overrides: the run's choices, which no checkpoint makes
+        (zoo.models.runtime_fields.RUN_CHOICES: the dropout rates, the attention kernel, the
+        layer scan, remat, the dtypes); every other field comes from the checkpoint.
 
     Raises:
       ValueError: not a GPT-2 config, or one using an option GPT does not implement.
@@ -119,11 +115,11 @@ def config_from_hf(hf_config: Mapping[str, Any] | Any, **overrides: Any) -> GPTC
                 f"config_from_hf: {field}={hf[field]!r} is not supported ({why}); "
                 f"supported: {list(supported)}"
             )
-    bad = sorted(set(overrides) - set(_FREE_FIELDS))
+    bad = sorted(set(overrides) - set(RUN_CHOICES))
     if bad:
         raise ValueError(
             f"config_from_hf: cannot override {bad}: they describe the checkpoint; "
-            f"overridable fields are {list(_FREE_FIELDS)}"
+            f"overridable fields are {list(RUN_CHOICES)}"
         )
     resid, embd = hf.get("resid_pdrop", 0.1), hf.get("embd_pdrop", 0.1)
     if resid != embd and "dropout_rate" not in overrides:

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 from zoo.errors import ConfigError
 from zoo.models import config_checks
+from zoo.models.runtime_fields import RuntimeFields
 from zoo.nn.attention import check_attention_fields
 from zoo.nn.masks import MaskSpec
 from zoo.nn.embeddings import Embed, LearnedPositionalEmbedding
@@ -32,7 +33,7 @@ _EMBED_AXES = ("act_batch", "act_len", "act_embed")
 
 
 @dataclasses.dataclass(frozen=True)
-class BertConfig:
+class BertConfig(RuntimeFields):
     vocab_size: int
     hidden_size: int
     num_layers: int
@@ -46,14 +47,6 @@ class BertConfig:
     # Standard deviation of every weight matrix and embedding table at initialisation (HF's
     # `initializer_range`; google-research/bert draws a truncated normal of the same scale).
     initializer_range: float = 0.02
-    backend: str = "einsum"
-    attention_block: int = 512
-    attention_window: int = 0
-    scan_layers: bool = False
-    scan_unroll: int = 1
-    remat: str = "none"
-    dtype: str = "float32"
-    param_dtype: str = "float32"
 
     def __post_init__(self):
         if self.hidden_size % self.num_heads:

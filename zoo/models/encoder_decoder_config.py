@@ -10,6 +10,7 @@ import jax.numpy as jnp
 
 from zoo.data.tokenizers.base import BOS_ID, EOS_ID, PAD_ID
 from zoo.errors import ConfigError
+from zoo.models.runtime_fields import RuntimeFields
 from zoo.nn.attention import check_attention_fields
 from zoo.nn.transformer import stack_activation_bytes
 
@@ -18,7 +19,7 @@ POSITIONS = ("sinusoidal", "learned")
 
 
 @dataclasses.dataclass(frozen=True)
-class TransformerConfig:
+class TransformerConfig(RuntimeFields):
     """The encoder-decoder's hyperparameters (defaults: the paper's base model).
 
     Attributes:
@@ -62,14 +63,6 @@ class TransformerConfig:
     norm_position: str = "post"
     share_embeddings: str = "all"
     positions: str = "sinusoidal"
-    backend: str = "einsum"
-    attention_block: int = 512
-    attention_window: int = 0
-    scan_layers: bool = False
-    scan_unroll: int = 1
-    remat: str = "none"
-    dtype: str = "float32"
-    param_dtype: str = "float32"
     pad_id: int = PAD_ID
     bos_id: int = BOS_ID
     eos_id: int = EOS_ID

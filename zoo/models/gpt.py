@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from zoo.errors import ConfigError
 from zoo.models import config_checks
+from zoo.models.runtime_fields import RuntimeFields
 from zoo.nn.attention import check_attention_fields
 from zoo.nn.embeddings import Embed, LearnedPositionalEmbedding
 from zoo.nn.masks import MaskSpec
@@ -20,7 +21,7 @@ from zoo.nn.transformer import TransformerDecoder, stack_activation_bytes
 
 
 @dataclasses.dataclass(frozen=True)
-class GPTConfig:
+class GPTConfig(RuntimeFields):
     vocab_size: int
     max_len: int = 1024
     num_layers: int = 12
@@ -34,14 +35,6 @@ class GPTConfig:
     # `initializer_range`); the projections into the residual stream get
     # initializer_range / sqrt(2 * num_layers), as GPT-2 draws them.
     initializer_range: float = 0.02
-    backend: str = "einsum"
-    attention_block: int = 512
-    attention_window: int = 0
-    scan_layers: bool = False
-    scan_unroll: int = 1
-    remat: str = "none"
-    dtype: str = "float32"
-    param_dtype: str = "float32"
 
     def __post_init__(self):
         check_attention_fields("GPTConfig", self.attention_block, self.attention_window)

@@ -14,12 +14,9 @@ from zoo.convert import bert as bert_convert
 from zoo.data.tokenizers import base as tokenizers
 from zoo.errors import ConfigError, DataError, MissingFileError
 from zoo.models import bert
+from zoo.models.runtime_fields import RUN_CHOICES
 
 PRETRAINED_CONFIG_FILES = ("config.json", "bert_config.json")
-# Choices a checkpoint does not make; they come from config.model.
-_RUNTIME_FIELDS = ("dropout_rate", "attention_dropout_rate", "backend", "attention_block",
-                   "attention_window", "scan_layers", "scan_unroll", "remat", "dtype",
-                   "param_dtype")
 
 
 def pretrained_directory(config: ml_collections.ConfigDict) -> str | None:
@@ -90,7 +87,7 @@ def encoder_config(config: ml_collections.ConfigDict, vocab_size: int) -> bert.B
     path = paths.join(directory, name)
     hf_config = read_pretrained_config(path)
     result = bert_convert.config_from_hf(
-        hf_config, **{k: model_kw[k] for k in _RUNTIME_FIELDS if k in model_kw})
+        hf_config, **{k: model_kw[k] for k in RUN_CHOICES if k in model_kw})
     if result.vocab_size != vocab_size:
         raise ConfigError(
             f"{path}: vocab_size {result.vocab_size} differs from the tokenizer's {vocab_size}; "

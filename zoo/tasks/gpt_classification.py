@@ -40,15 +40,13 @@ from zoo.data.tokenizers import base as tokenizers
 from zoo.errors import ConfigError, DataError
 from zoo.eval import classification_metrics
 from zoo.models import gpt, gpt_classifier
+from zoo.models.runtime_fields import RUN_CHOICES
 from zoo.tasks import bert_encoder
 from zoo.tasks.base import Baselines, Batch, FineTuning, Predicting, Scored, Task
 from zoo.tasks.classification import score_classification
 from zoo.train import checkpoint
 from zoo.train.losses import cross_entropy_sums
 
-# GPTConfig fields a run chooses; the checkpoint fixes the rest.
-_RUNTIME_FIELDS = ("dropout_rate", "attention_dropout_rate", "backend", "attention_block",
-                   "attention_window", "remat", "dtype", "param_dtype")
 _MULTIPLE_CHOICE = "multiple_choice"
 _log = logging.getLogger(__name__)
 
@@ -214,7 +212,7 @@ class GPTClassificationTask(Task, Predicting, FineTuning, Baselines):
         config, data = self.config, self.config.data
         init_from = config.train.get("init_from", "")
         model_kw = {k: v for k, v in config.model.to_dict().items() if k != "size"}
-        runtime = {k: model_kw[k] for k in _RUNTIME_FIELDS if k in model_kw}
+        runtime = {k: model_kw[k] for k in RUN_CHOICES if k in model_kw}
         if init_from and (paths.as_path(init_from) / "bert_config.json").is_file():
             raise ConfigError(
                 f"config.train.init_from={init_from!r} is not a checkpoint of this model: it is a "
@@ -232,7 +230,7 @@ class GPTClassificationTask(Task, Predicting, FineTuning, Baselines):
                     "GPT; point init_from at a zoo GPT run or a Hugging Face GPT-2 directory"
                     + (" (configs/classify.py fine-tunes BERT)" if model_type == "bert" else ""))
             # zoo.hf.load_pretrained (which fills the `gpt` subtree) builds unscanned layers.
-            model_config = gpt2_convert.config_from_hf(hf_config, scan_layers=False, **runtime)
+            model_config = gpt2_convert.config_from_hf(hf_config, **{**runtime, "scan_layers": False})
             tokenizer = tokenizers.load_tokenizer(data.tokenizer or init_from)
             where = path
         elif init_from:
