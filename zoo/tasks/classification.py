@@ -23,31 +23,17 @@ import numpy as np
 from zoo.data.pipelines import batching
 from zoo.data.readers import classification
 from zoo.errors import ConfigError
-from zoo.eval import classification_metrics
 from zoo.models import bert
 from zoo.tasks import bert_encoder
-from zoo.tasks.base import Baselines, Batch, FineTuning, Measured, Predicting, Scored, Task
+from zoo.tasks.base import Batch, FineTuning, Measured, Task
+from zoo.tasks.classifier_scoring import ClassifierScoring
 from zoo.train.losses import cross_entropy_sums
 
 STRATEGIES = ("full", "frozen", "features")
 _INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 
 
-def score_classification(examples: list[dict], labels: list[str], targets: np.ndarray,
-                         logits: np.ndarray) -> Scored:
-    """F1 and Matthews correlation (percent) of a classifier's eval split, from the gathered
-    `logits` [>= N, classes] of the N `examples` (eval padding rows after them are dropped), and
-    the predictions.tsv file (id, label, prediction) the evaluation writes. Shared by every
-    classification task (BERT, GPT, frozen features)."""
-    predicted = np.argmax(logits[:len(examples)], axis=-1)
-    metrics = classification_metrics.classification_metrics(targets, predicted, len(labels))
-    rows = "".join(f"{ex['id']}\t{ex['label']}\t{labels[p]}\n"
-                   for ex, p in zip(examples, predicted))
-    return Scored({k: metrics[k] for k in ("f1", "mcc")},
-                  {"predictions.tsv": "id\tlabel\tprediction\n" + rows})
-
-
-class ClassificationTask(Task, Predicting, FineTuning, Baselines, Measured):
+class ClassificationTask(ClassifierScoring, Task, FineTuning, Measured):
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         super().__init__(config, workdir)
         self.strategy = config.finetune.strategy
@@ -139,19 +125,6 @@ class ClassificationTask(Task, Predicting, FineTuning, Baselines, Measured):
 
     def predict(self, params, batch):
         return {"logits": self._logits(params, batch, None, False)}
-
-    def summarize(self, sums):
-        n = max(sums["weight_sum"], 1.0)
-        return {"loss": sums["loss_sum"] / n, "accuracy": 100.0 * sums["correct_sum"] / n}
-
-    def score_predictions(self, outputs: dict[str, np.ndarray]) -> Scored:
-        return score_classification(self.eval_examples, self.labels, self.eval_rows["label"],
-                                    outputs["logits"])
-
-    def baselines(self) -> dict[str, float]:
-        """Accuracy of always predicting the training set's most frequent label."""
-        return {"majority_accuracy": classification_metrics.majority_accuracy(
-            self.train_rows["label"], self.eval_rows["label"], len(self.labels))}
 
     # ---- data ------------------------------------------------------------------------------
 

@@ -25,12 +25,11 @@ import numpy as np
 from zoo.data.readers import classification
 from zoo.data.readers import word2vec as w2v_data
 from zoo.errors import ConfigError, DataError
-from zoo.eval import classification_metrics
 from zoo.models import elmo
 from zoo.models import word2vec as w2v
 from zoo.tasks import elmo as elmo_task
-from zoo.tasks.base import Baselines, Batch, FineTuning, Predicting, Scored, Task
-from zoo.tasks.classification import score_classification
+from zoo.tasks.base import Batch, FineTuning, Task
+from zoo.tasks.classifier_scoring import ClassifierScoring
 from zoo.train.losses import cross_entropy_sums
 
 _SUBTREE = {"elmo": "bilm", "word2vec": "embedding"}
@@ -49,7 +48,7 @@ def word2vec_rows(vocab: w2v_data.Vocabulary, texts: list[list[str]], seq_len: i
     return {"ids": ids, "lengths": lengths}
 
 
-class FeatureClassificationTask(Task, Predicting, FineTuning, Baselines):
+class FeatureClassificationTask(ClassifierScoring, Task, FineTuning):
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         super().__init__(config, workdir)
         self.kind = config.features.kind
@@ -144,19 +143,6 @@ class FeatureClassificationTask(Task, Predicting, FineTuning, Baselines):
 
     def predict(self, params, batch):
         return {"logits": self.model.apply({"params": params}, **self.model_inputs(batch))}
-
-    def summarize(self, sums):
-        n = max(sums["weight_sum"], 1.0)
-        return {"loss": sums["loss_sum"] / n, "accuracy": 100.0 * sums["correct_sum"] / n}
-
-    def score_predictions(self, outputs: dict[str, np.ndarray]) -> Scored:
-        return score_classification(self.eval_examples, self.labels, self.eval_rows["label"],
-                                    outputs["logits"])
-
-    def baselines(self) -> dict[str, float]:
-        """Accuracy of always predicting the training set's most frequent label."""
-        return {"majority_accuracy": classification_metrics.majority_accuracy(
-            self.train_rows["label"], self.eval_rows["label"], len(self.labels))}
 
     def tokens_per_batch(self) -> int:
         return self.config.data.batch_size * self.config.data.seq_len * (1 + self.pair)

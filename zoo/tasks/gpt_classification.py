@@ -38,12 +38,11 @@ from zoo.convert import gpt2 as gpt2_convert
 from zoo.data.readers import classification, data_source, multiple_choice
 from zoo.data.tokenizers import base as tokenizers
 from zoo.errors import ConfigError, DataError
-from zoo.eval import classification_metrics
 from zoo.models import gpt, gpt_classifier
 from zoo.models.runtime_fields import RUN_CHOICES
 from zoo.tasks import bert_encoder
-from zoo.tasks.base import Baselines, Batch, FineTuning, Predicting, Scored, Task
-from zoo.tasks.classification import score_classification
+from zoo.tasks.base import Batch, FineTuning, Task
+from zoo.tasks.classifier_scoring import ClassifierScoring
 from zoo.train import checkpoint
 from zoo.train.losses import cross_entropy_sums
 
@@ -155,7 +154,7 @@ def _checkpoint_shapes(workdir: str) -> dict[str, tuple[int, ...]]:
         key in saved for key in keys.values()) else {}
 
 
-class GPTClassificationTask(Task, Predicting, FineTuning, Baselines):
+class GPTClassificationTask(ClassifierScoring, Task, FineTuning):
     def __init__(self, config: ml_collections.ConfigDict, workdir: str):
         super().__init__(config, workdir)
         data = config.data
@@ -326,18 +325,8 @@ class GPTClassificationTask(Task, Predicting, FineTuning, Baselines):
 
     def summarize(self, sums):
         n = max(sums["weight_sum"], 1.0)
-        return {"loss": sums["loss_sum"] / n, "cls_loss": sums["cls_loss_sum"] / n,
-                "lm_loss": sums["lm_loss_sum"] / n,
-                "accuracy": 100.0 * sums["correct_sum"] / n}
-
-    def score_predictions(self, outputs: dict[str, np.ndarray]) -> Scored:
-        return score_classification(self.eval_examples, self.labels, self.eval_rows["label"],
-                                    outputs["logits"])
-
-    def baselines(self) -> dict[str, float]:
-        """Accuracy of always predicting the training set's most frequent label."""
-        return {"majority_accuracy": classification_metrics.majority_accuracy(
-            self.train_rows["label"], self.eval_rows["label"], len(self.labels))}
+        return {**super().summarize(sums), "cls_loss": sums["cls_loss_sum"] / n,
+                "lm_loss": sums["lm_loss_sum"] / n}
 
     def tokens_per_batch(self) -> int:
         options = len(self.labels) if self.multiple_choice else 1
