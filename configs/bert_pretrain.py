@@ -61,9 +61,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.model = dict(
         size=variant.size, max_position_embeddings=128 if tiny else 512,
         dropout_rate=0.0 if tiny else 0.1, attention_dropout_rate=0.0 if tiny else 0.1,
-        backend="einsum", attention_block=512, attention_window=0,
-        scan_layers=not tiny, scan_unroll=0, remat="none",
-        dtype="float32" if tiny else "bfloat16", param_dtype="float32",
+        **common.runtime_model_config(tiny),
     )
     config.data = dict(
         common.source_config(),

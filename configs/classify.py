@@ -52,9 +52,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.task = "classify"
     config.model = dict(
         size=variant.size, max_position_embeddings=128 if tiny else 512,
-        backend="einsum", attention_block=512, attention_window=0,
-        scan_layers=not tiny, scan_unroll=0, remat="none",
-        dtype="float32" if tiny else "bfloat16", param_dtype="float32",
+        **common.runtime_model_config(tiny),
     )
     config.finetune = dict(
         strategy=variant.strategy,  # full | frozen | features

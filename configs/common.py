@@ -1,12 +1,14 @@
 """Shared config pieces: `path.py:key=value,flag` variant parsing (big_vision style) and blocks
 every job has (mesh, train loop)."""
 
+import dataclasses
 import os
 
 import ml_collections
 from ml_collections import config_dict
 
 from zoo.errors import ConfigError
+from zoo.models.runtime_fields import RuntimeFields
 from zoo.train.partitioning import DEFAULT_RULES
 
 
@@ -91,6 +93,16 @@ def lm_data_config(tiny: bool) -> dict:
         batch_size=32 if tiny else 512,
         eval_batch_size=32 if tiny else 512,
     )
+
+
+def runtime_model_config(tiny: bool) -> dict:
+    """config.model's runtime fields for a Transformer job (zoo.models.runtime_fields: the
+    attention kernel, the layer scan, remat, the dtypes): the model's own defaults, except that
+    a size beyond tiny scans its layers (one layer compiled) and computes in bfloat16, and
+    scan_unroll is 0 (auto: zoo.train.layer_scan settles it for the platform)."""
+    fields = {field.name: field.default for field in dataclasses.fields(RuntimeFields)}
+    fields.update(scan_layers=not tiny, scan_unroll=0, dtype="float32" if tiny else "bfloat16")
+    return fields
 
 
 def lm_sample_config() -> dict:

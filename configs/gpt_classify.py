@@ -49,9 +49,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
         size=variant.size,
         max_len=0,  # from scratch only: positions (0 = config.data.seq_len); else the checkpoint's
         dropout_rate=0.0 if tiny else 0.1, attention_dropout_rate=0.0 if tiny else 0.1,
-        backend="einsum", attention_block=512, attention_window=0,
-        scan_layers=not tiny, scan_unroll=0, remat="none",
-        dtype="float32" if tiny else "bfloat16", param_dtype="float32",
+        **common.runtime_model_config(tiny),
     )
     config.finetune = dict(
         lm_weight=0.5,  # lambda of the auxiliary language-modelling loss; 0 = off

@@ -44,9 +44,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.task = "translate"
     config.model = dict(
         size=variant.size, norm_position=variant.norm, share_embeddings=variant.share,
-        max_len=256, backend="einsum", attention_block=512, attention_window=0,
-        scan_layers=not tiny, scan_unroll=0, remat="none",
-        dtype="float32" if tiny else "bfloat16", param_dtype="float32",
+        max_len=256, **common.runtime_model_config(tiny),
     )
     config.data = dict(
         source="synthetic",  # synthetic | files | tfds
