@@ -6,7 +6,7 @@ corpus=spam_assassin | brown_genre), from one and the same starting point.
 
 The starting point: zoo's tiny BERT pretrained on Brown (MLM + NSP, the WordPiece vocabulary of
 benchmarks.quality_bert, `--pretrain-steps` steps of configs/bert_pretrain.py:corpus=brown's
-recipe), written as a Hugging Face directory by zoo.hf_save.save_pretrained. Pretraining parity
+recipe), written as a Hugging Face directory by zoo.convert.hf_save.save_pretrained. Pretraining parity
 is benchmarks.quality_bert's pair; this one isolates fine-tuning, so both sides start from
 exactly the same weights, the new classifier head included:
 
@@ -83,7 +83,7 @@ def pretrain(corpus_dir: str, workdir: str, vocab: str, steps: int, seq_len: int
              log: Callable[[str], None]) -> str:
     """zoo's tiny BERT pretrained on Brown for `steps` steps, as a Hugging Face directory (with
     its vocab.txt) under `workdir`; reused if there."""
-    from zoo import hf_save
+    from zoo.convert import hf_save
     from zoo.tasks.mlm_nsp import PretrainingTask
 
     path = os.path.join(workdir, f"pretrained-{steps}-{seq_len}")

@@ -61,7 +61,7 @@ _LONG_MODULES = (
     "tests/tasks/test_gpt_job.py",
     "tests/models/test_seq2seq.py",
     "tests/benchmarks/test_step.py",
-    "tests/test_decoding.py",
+    "tests/decoding/test_decoding.py",
     "tests/train/test_checkpoint_restore.py",
     "tests/tasks/test_squad_finetune.py",
     "tests/nn/test_recurrent.py",

@@ -369,7 +369,7 @@ def local_copy(path: PathLike) -> Iterator[str]:
 def local_tree(path: PathLike, names: Iterable[str] | None = None) -> Iterator[str]:
     """A local directory holding `path`'s files: the directory itself when local, else a
     temporary download (for readers built on local files: a Hugging Face or google-research
-    checkpoint read by zoo.hf) of `names` (files under `path`), or of every object under it
+    checkpoint read by zoo.convert.hf) of `names` (files under `path`), or of every object under it
     when None. Each file is streamed through a RetryingReader, so a passing failure costs a
     chunk, not the file, and a silent bucket ends in one error naming the object."""
     if not is_remote(path):

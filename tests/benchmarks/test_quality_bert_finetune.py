@@ -37,7 +37,7 @@ def test_scores_are_those_of_the_weighted_rows():
 def _pretrained_directory(tmp_path, corpus, vocab):
     """A randomly initialised tiny BertForPreTraining written as a Hugging Face directory, in
     place of the benchmark's pretraining run."""
-    from zoo import hf_save
+    from zoo.convert import hf_save
     from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
     from zoo.models import bert
 

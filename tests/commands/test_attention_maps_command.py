@@ -95,7 +95,7 @@ def test_command_on_a_trained_gpt_workdir(tiny_lm_config, tmp_path, monkeypatch,
 
 def test_command_on_a_hugging_face_bert_directory(tmp_path, bert_params, wordpiece, monkeypatch,
                                                   capsys):
-    from zoo import hf
+    from zoo.convert import hf
 
     directory = tmp_path / "bert"
     hf.save_pretrained(directory, BERT_CONFIG, bert_params, wordpiece)
@@ -113,7 +113,7 @@ def test_command_on_a_hugging_face_bert_directory(tmp_path, bert_params, wordpie
 def test_command_on_a_gpt2_directory_needs_a_tokenizer(tmp_path, spm, monkeypatch):
     """A GPT-2 directory without vocab.json + merges.txt (save_pretrained writes none):
     --tokenizer supplies one, or the error says so."""
-    from zoo import hf
+    from zoo.convert import hf
 
     config = dataclasses.replace(GPT_CONFIG, vocab_size=spm.vocab_size)
     params = perturbed(gpt.GPT(config).init(jax.random.key(5), IDS)["params"], seed=5)

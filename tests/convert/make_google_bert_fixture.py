@@ -1,5 +1,5 @@
 """Writes tests/convert/fixtures/google_bert_tiny/: a google-research/bert directory written by
-real TensorFlow, and what the reader and zoo.hf.load_pretrained must get out of it.
+real TensorFlow, and what the reader and zoo.convert.hf.load_pretrained must get out of it.
 
 Run once, by hand; the output is committed (about 50 KB) and the tests need no TensorFlow:
 

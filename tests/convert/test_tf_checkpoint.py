@@ -1,6 +1,6 @@
 """zoo.convert.tf_checkpoint reads real TensorFlow checkpoints (written by tf.compat.v1.train.Saver
 into fixtures/google_bert_tiny by make_google_bert_fixture.py) tensor for tensor, over every dtype
-and two data shards; zoo.hf.load_pretrained turns the google-research/bert directory into a
+and two data shards; zoo.convert.hf.load_pretrained turns the google-research/bert directory into a
 model with transformers' logits; broken files get errors that name them."""
 
 import hashlib
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from tests.numerics import assert_close
-from zoo import hf
+from zoo.convert import hf
 from zoo.convert.tf_checkpoint import crc32c, list_tf_checkpoint, read_tf_checkpoint
 from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 from zoo.models import bert
@@ -128,7 +128,7 @@ def test_crc32c_matches_the_definition_on_both_paths():
         assert crc32c(data[n // 3:], crc32c(data[: n // 3])) == crc32c(data), n  # continuing
 
 
-# ---- zoo.hf.load_pretrained --------------------------------------------------------------------
+# ---- zoo.convert.hf.load_pretrained --------------------------------------------------------------------
 
 
 def test_google_research_directory_gives_transformers_logits(loaded):

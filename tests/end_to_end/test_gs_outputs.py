@@ -46,7 +46,7 @@ def test_lm_commands_write_into_the_bucket(gcs, gcs_bucket, cwd, tiny_lm_config,
                                            tmp_path_factory, capsys):
     """train, eval, attention_maps (its default --out under the workdir), curves and
     save_pretrained / load_pretrained, on a 2-step tiny GPT run in a bucket."""
-    from zoo import hf
+    from zoo.convert import hf
     from zoo.commands import attention_maps, curves, jobs
     from zoo.models import gpt
     from zoo.train.checkpoint import Checkpointer

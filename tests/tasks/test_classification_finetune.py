@@ -11,7 +11,7 @@ import pytest
 
 from configs import classify as classify_config
 from tests.numerics import assert_close
-from zoo import hf
+from zoo.convert import hf
 from zoo.commands import jobs
 from zoo.data.synthetic import classification as synthetic_classification
 from zoo.train import init_from

@@ -106,7 +106,7 @@ def test_fine_tunes_from_a_gpt2_directory_with_its_byte_level_tokenizer(pretrain
     ByteLevelBPETokenizer = pytest.importorskip(
         "tokenizers", reason="trains the GPT-2 files; comes with the parity extra "
         "(pip install -e '.[parity]')").ByteLevelBPETokenizer
-    from zoo import hf
+    from zoo.convert import hf
     from zoo.data.tokenizers import gpt2_bpe
     from zoo.models import gpt
 
@@ -126,7 +126,7 @@ def test_fine_tunes_from_a_gpt2_directory_with_its_byte_level_tokenizer(pretrain
     task = tasks.get("gpt_classify")(config, str(tmp_path / "run"))
     assert isinstance(task.tokenizer, gpt2_bpe.GPT2Tokenizer)
     # The checkpoint fixes the architecture; every choice it leaves open comes from config.model
-    # (the imported layers stay unscanned: zoo.hf.load_pretrained's layout).
+    # (the imported layers stay unscanned: zoo.convert.hf.load_pretrained's layout).
     for key in RUN_CHOICES:
         want = False if key == "scan_layers" else config.model[key]
         assert getattr(task.model_config, key) == want, key

@@ -14,7 +14,7 @@ import pytest
 from configs import bert_pretrain
 from configs import classify as classify_config
 from configs import squad as squad_config
-from zoo import hf
+from zoo.convert import hf
 from zoo.commands import jobs
 from zoo.data.readers import sources
 from zoo.data.tokenizers.wordpiece import WordPieceTokenizer

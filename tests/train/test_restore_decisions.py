@@ -285,7 +285,7 @@ def _pretrained_dir(tmp_path, hidden_size=None):
     import jax
 
     from tests.train import restore_process
-    from zoo import hf
+    from zoo.convert import hf
     from zoo.models import bert
 
     config = bert.BertConfig(**dict(restore_process.PRETRAINED_BERT,

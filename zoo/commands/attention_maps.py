@@ -95,7 +95,7 @@ def _flags(argv: Sequence[str]):
     flags.DEFINE_string("workdir", None, "The trained run whose latest checkpoint to read.",
                         flag_values=fv)
     flags.DEFINE_string("pretrained", None, "Instead of --config/--workdir: a Hugging Face "
-                        "BERT / GPT-2 or google-research/bert directory (zoo.hf).",
+                        "BERT / GPT-2 or google-research/bert directory (zoo.convert.hf).",
                         flag_values=fv)
     flags.DEFINE_string("text", None, "The input (the source sentence for translation).",
                         flag_values=fv)
@@ -182,7 +182,7 @@ def main(argv: Sequence[str]) -> list[str]:
     text = check_text("--text", fv.text)
     layers, heads = _indices("layers", fv.layers), _indices("heads", fv.heads)
     if fv.pretrained:
-        from zoo import hf
+        from zoo.convert import hf
 
         model, params, _, tokenizer = hf.load_pretrained(fv.pretrained)
         out = fv.out or "attention"

@@ -228,7 +228,7 @@ class GPTClassificationTask(ClassifierScoring, Task, FineTuning):
                     f"its config.json says model_type={model_type!r}, and this task fine-tunes "
                     "GPT; point init_from at a zoo GPT run or a Hugging Face GPT-2 directory"
                     + (" (configs/classify.py fine-tunes BERT)" if model_type == "bert" else ""))
-            # zoo.hf.load_pretrained (which fills the `gpt` subtree) builds unscanned layers.
+            # zoo.convert.hf.load_pretrained (which fills the `gpt` subtree) builds unscanned layers.
             model_config = gpt2_convert.config_from_hf(hf_config, **{**runtime, "scan_layers": False})
             tokenizer = tokenizers.load_tokenizer(data.tokenizer or init_from)
             where = path

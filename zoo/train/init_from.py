@@ -2,7 +2,7 @@
 
 The source is the workdir of a zoo run (its latest checkpoint, all of it or one subtree such as
 the 'bert' encoder under a new head) or a Hugging Face / google-research/bert directory
-(zoo.hf.load_pretrained, imported only when a run names one: it brings torch/safetensors
+(zoo.convert.hf.load_pretrained, imported only when a run names one: it brings torch/safetensors
 readers). Every mismatch is a user error naming config.train.init_from.
 """
 
@@ -22,7 +22,7 @@ from zoo.train.state import TrainState
 def init_params(workdir: str, state: TrainState, subtree: str | None = None) -> TrainState:
     """Starts a run from another run's latest params (e.g. BERT phase 2 from phase 1), or only
     their `subtree` (e.g. the 'bert' encoder under a new task head). `workdir` may also be a
-    Hugging Face or google-research/bert checkpoint directory (zoo.hf.load_pretrained)."""
+    Hugging Face or google-research/bert checkpoint directory (zoo.convert.hf.load_pretrained)."""
     if recipe.is_pretrained_directory(workdir):
         return state.replace(params=_pretrained_params(workdir, state.params, subtree))
     paths.check_remote(workdir, "config.train.init_from")
@@ -105,7 +105,7 @@ def _pretrained_params(directory: str, params, subtree: str | None):
 def _read_pretrained(directory: str, target, subtree: str | None, where: str):
     """The checkpoint's params for `target` (params[subtree], or all of them) as host arrays
     in target's dtypes; a ConfigError when its tree or shapes are another model's."""
-    from zoo import hf  # torch/safetensors readers load only when a run asks for them
+    from zoo.convert import hf  # torch/safetensors readers load only when a run asks for them
 
     _, loaded, _, _ = hf.load_pretrained(directory)
     if subtree is not None:

@@ -1,4 +1,4 @@
-"""zoo.hf: Hugging Face directories written by transformers load as zoo models with the same
+"""zoo.convert.hf: Hugging Face directories written by transformers load as zoo models with the same
 logits (padding and segments in use); directories written by zoo load in transformers with the
 original tensors, bit for bit; pytorch_model.bin, sharded, bf16 and architecture-less
 checkpoints; the tokenizer files; atomic writes; and the errors a wrong directory gets."""
@@ -17,7 +17,7 @@ from tests.numerics import assert_close
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from zoo import hf, hf_save  # noqa: E402
+from zoo.convert import hf, hf_save  # noqa: E402
 from zoo.data.tokenizers.wordpiece import WordPieceTokenizer  # noqa: E402
 from zoo.models import bert, gpt  # noqa: E402
 

@@ -1,5 +1,5 @@
-"""Beam search over a zoo Decoder, with length normalisation and T5X's stopping bound (the
-prompt, padding and EOS conventions are zoo.decoding's, which re-exports `beam_search`)."""
+"""Beam search over a zoo.decoding.Decoder, with length normalisation and T5X's stopping bound
+(the prompt, padding and EOS conventions are the package's docstring)."""
 
 import functools
 
@@ -9,8 +9,8 @@ import numpy as np
 from jax import lax
 
 from zoo.data.tokenizers.base import EOS_ID, PAD_ID
-from zoo.decoder import (Decoded, Decoder, check_args, check_float, check_vocab, kth_largest,
-                         map_batched, start_loop)
+from zoo.decoding.decoder import (Decoded, Decoder, check_args, check_float, check_vocab,
+                                  kth_largest, map_batched, start_loop)
 from zoo.errors import ConfigError
 
 

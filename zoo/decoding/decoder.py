@@ -1,8 +1,8 @@
-"""What every decoding loop of zoo.decoding (greedy, sampling) and zoo.beam_search runs on: the
+"""What every decoding loop (generate.py's greedy and sampling, beam.py's beam search) runs on: the
 `Decoder` (a one-step model, its parameters and its per-sequence state), the `Decoded` result,
 `from_linen` for a Linen model with a KV cache, and the host-side argument checks and loop start
-the loops share. zoo.decoding re-exports Decoder, Decoded and from_linen (their documented
-path); the conventions (prompts, padding, EOS) are in zoo.decoding's docstring.
+the loops share. The package exports Decoder, Decoded and from_linen; the conventions (prompts,
+padding, EOS) are its docstring.
 """
 
 import dataclasses
