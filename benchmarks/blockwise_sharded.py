@@ -21,7 +21,7 @@ way. After one warm-up call each, the two versions' calls alternate, in turns wh
 (`--repeats` each, every call ended by block_until_ready), so load from other work on shared
 cores falls on both alike; the median and minimum wall time and the median CPU time (this
 process, all threads) of a call are reported. The collectives are read from each compiled program
-(zoo.train.collectives): those inside a while loop (every loop of this program is the
+(zoo.train.compilation.collectives): those inside a while loop (every loop of this program is the
 attention's), their count and their executions per step (count x trip counts).
 
 Writes blockwise_sharded.jsonl (every record) and blockwise_sharded.md (before / after side by
@@ -51,7 +51,7 @@ from benchmarks import machine  # noqa: E402
 from zoo.nn import blockwise_attention as bw  # noqa: E402
 from zoo.nn.masks import MaskSpec  # noqa: E402
 from zoo.train import partitioning  # noqa: E402
-from zoo.train.collectives import collectives  # noqa: E402
+from zoo.train.compilation.collectives import collectives  # noqa: E402
 
 BATCH, HEADS, HEAD_DIM, BLOCK = 8, 8, 64, 128
 NAME = "blockwise_sharded"
@@ -173,8 +173,8 @@ def _table(records: list[dict]) -> str:
                                 sorted(labels.items())),
         "",
         "'loop coll.' = collectives inside the attention's while loops in the compiled program "
-        "(zoo.train.collectives); 'execs/step' = how often they run per step (count x trip "
-        "counts). 'pairs' = (query block, key block) pairs the segments leave: whole batch "
+        "(zoo.train.compilation.collectives); 'execs/step' = how often they run per step "
+        "(count x trip counts). 'pairs' = (query block, key block) pairs the segments leave: whole batch "
         "(one vote for all rows, the old decision: every device computes these) / the most "
         "and the mean any one device's rows need (the per-device decision) / the full grid. "
         "'load' = the 1-minute load average when measured (before / after).",

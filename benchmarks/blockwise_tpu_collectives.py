@@ -7,9 +7,10 @@ checkout's zoo/nn/blockwise_attention.py ("after") and another version of it ("b
         --before /tmp/blockwise_before.py --before-commit 5192591
 
 Compile only, on this CPU: libtpu (installed with jax[tpu]) gives compile-only v5e devices
-(zoo.train.topologies), the job's train step is built as train.py builds it
+(zoo.train.compilation.topologies), the job's train step is built as train.py builds it
 (zoo.train.program.abstract_train_step on ShapeDtypeStructs) and compiled by the TPU compiler;
-the collectives are read from the compiled HLO (zoo.train.collectives). Each compile takes a
+the collectives are read from the compiled HLO (zoo.train.compilation.collectives). Each compile
+takes a
 few minutes here. "before" swaps the other version's blockwise_attention into
 zoo.nn.attention (the one name MultiHeadAttention calls).
 
@@ -38,8 +39,9 @@ from benchmarks import step as bench_step  # noqa: E402
 from zoo.models import bert  # noqa: E402
 from zoo.nn import attention  # noqa: E402
 from zoo.nn import blockwise_attention as bw  # noqa: E402
-from zoo.train import program, topologies  # noqa: E402
-from zoo.train.collectives import collectives  # noqa: E402
+from zoo.train import program  # noqa: E402
+from zoo.train.compilation import topologies
+from zoo.train.compilation.collectives import collectives  # noqa: E402
 
 NAME = "blockwise_tpu_collectives"
 SLICE, SEQ, BATCH = "v5e-16", 512, 64
@@ -90,7 +92,8 @@ def _table(records: list[dict]) -> str:
         f"BERT-base train step (zoo.train.program.abstract_train_step), seq {SEQ}, batch "
         f"{BATCH}, bf16, layer scan, data parallel over {SLICE}'s chips; compiled on "
         f"{records[0]['machine']} through libtpu (compile only), jax {records[0]['jax']}. "
-        "Collectives read from the compiled HLO (zoo.train.collectives); 'in attention loops' = "
+        "Collectives read from the compiled HLO (zoo.train.compilation.collectives); "
+        "'in attention loops' = "
         "inside a while loop whose op name contains 'attention' (the block loops); 'from "
         "attention ops' = whose own op name contains 'attention', in a loop or not (at block "
         "512 = seq there is one block: the compiler drops the one-trip block loops, and the "

@@ -8,16 +8,20 @@
 --readiness compiles each recipe's train step (the job config's model, optimizer, global batch
 and default mesh: data parallel over every chip) for each slice and records: whether it fits
 in HBM (the compiler's own verdict), per-device memory, the matmul FLOPs per step (executed,
-zoo.train.flops), the bytes each device sends per step (ring algorithms over the compiled
-program's collectives, zoo.train.collectives), and the time those bytes need at the chip's ICI
-bandwidth beside the compute time at 50% MFU (zoo.train.chips, with sources). A slice named
+zoo.train.compilation.flops), the bytes each device sends per step (ring algorithms over the
+compiled
+program's collectives, zoo.train.compilation.collectives), and the time those bytes need at the
+chip's ICI
+bandwidth beside the compute time at 50% MFU (zoo.train.compilation.chips, with sources). A slice
+named
 `2xv5e-256` is two v5e-256 slices (Multislice: the mesh's data axis across them, each slice
 running the recipe's global batch, so twice the batch in all); its row adds what crosses
 slices: the bytes each device sends over the data-center network per step and their time at
 the chip's share of the DCN bandwidth. What it cannot say: how much of the communication XLA overlaps with compute (the two times are the bounds of
 the question, not the answer), host input speed, or anything about a real run's MFU.
 
---dry-run puts zoo.train.dry_run's per-device estimate beside the compiler's figure for BERT-base
+--dry-run puts zoo.train.compilation.dry_run's per-device estimate beside the compiler's figure for
+BERT-base
 (seq 128, 512), BERT-large (512) and GPT-2 124M / 355M (1024) on data / FSDP / tensor / mixed
 layouts of v4-32 (16 chips, 32 GiB each).
 
@@ -37,8 +41,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")  # compile for TPUs, run nothing o
 
 from benchmarks import machine  # noqa: E402
 from benchmarks import step as bench_step  # noqa: E402
-from zoo.train import aot, dry_run, flops, partitioning, program, topologies  # noqa: E402
-from zoo.train.chips import GIB  # noqa: E402
+from zoo.train import partitioning, program
+from zoo.train.compilation import aot, dry_run, flops, topologies  # noqa: E402
+from zoo.train.compilation.chips import GIB  # noqa: E402
 
 # recipe -> (model, size, seq_len, global batch[, overrides: config.model's keys, or dotted
 # keys of other sections]): configs/bert_pretrain.py's AdamW recipes, GPT-2's 512 x 1024 tokens
@@ -179,7 +184,7 @@ def dry_run_table(out: str) -> list[dict]:
 
 
 def _executed_flops(config, task, devices) -> float:
-    """zoo.train.flops' count for the step on `devices`, per device (shapes only)."""
+    """zoo.train.compilation.flops' count for the step on `devices`, per device (shapes only)."""
     mesh = partitioning.make_mesh(config.mesh.data, config.mesh.fsdp, config.mesh.tensor,
                                   devices=devices)
     train_step, args = program.abstract_train_step(task, config, mesh)

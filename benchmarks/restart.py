@@ -1,4 +1,5 @@
-"""Restart cost with and without the persistent compilation cache (zoo.train.compile_cache).
+"""Restart cost with and without the persistent compilation cache
+(zoo.train.compilation.compile_cache).
 
     python -m benchmarks.restart            # ~5 min on the 2-core CPU box
 
@@ -83,7 +84,8 @@ def compile_child(cache: str) -> None:
     import jax
 
     from benchmarks import step as bench_step
-    from zoo.train import compile_cache, partitioning, program
+    from zoo.train.compilation import compile_cache
+    from zoo.train import partitioning, program
 
     start = time.perf_counter()
     config = bench_step.job_config("bert", "base", 128, 16, "float32")

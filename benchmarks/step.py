@@ -58,7 +58,8 @@ from zoo import errors
 from zoo.errors import ConfigError
 from zoo.nn.recurrent import BACKENDS as RNN_BACKENDS
 from zoo.nn.recurrent import RNN
-from zoo.train import dry_run, loop, metrics
+from zoo.train import loop, metrics
+from zoo.train.compilation import dry_run
 
 FLOPS_FORMULAS = {
     "bert": "6N + 12 L T H + 6 (H^2 + H V) P / T per token, N = L (4 H^2 + 2 H F) "

@@ -44,7 +44,8 @@ import jax  # noqa: E402
 
 from benchmarks import cli, machine  # noqa: E402
 from benchmarks.step_jobs import SIZES, build, here, job_config, make_task  # noqa: E402
-from zoo.train import aot, loop, topologies  # noqa: E402
+from zoo.train import loop
+from zoo.train.compilation import aot, topologies  # noqa: E402
 
 NO_DROPOUT = {"dropout_rate": 0.0, "attention_dropout_rate": 0.0}
 # step variant -> (config.train.dropout_rng, model overrides)

@@ -90,8 +90,8 @@ def markdown(summary: dict[str, Any]) -> str:
     ]
     lines += [f"* {model}: {formula}" for model, formula in s["flops_formulas"].items()]
     lines += ["", f"MFU = {s['mfu']}.", "",
-              ("Memory per device: the dry run's estimate (zoo.train.dry_run: parameters, "
-               "gradients, update, optimizer state, activations), XLA's compiled step "
+              ("Memory per device: the dry run's estimate (zoo.train.compilation.dry_run: "
+               "parameters, gradients, update, optimizer state, activations), XLA's compiled step "
                "(arguments + outputs + temporaries) and the allocator's peak since the process "
                "started (GPU/TPU only; run one configuration per process to compare it)."), ""]
     peers = s["peers"]

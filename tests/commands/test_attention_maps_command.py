@@ -22,11 +22,11 @@ from tests.attention_cases import (ATTENTIONS, BERT_CONFIG, GPT_CONFIG, IDS, ROO
                                    png)
 from tests.numerics import assert_close
 from tests.process_env import process_env
+from zoo.checkpoints.checkpoint import Checkpointer
 from zoo.commands import attention_maps as am
 from zoo.commands import jobs
 from zoo.errors import ConfigError
 from zoo.models import gpt
-from zoo.train.checkpoint import Checkpointer
 
 # One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),
 # and 8 fake devices only add compile and collective time.

@@ -22,11 +22,11 @@ from configs import gpt as gpt_config
 from configs import gpt_classify as gpt_classify_config
 from configs import squad as squad_config
 from tests.process_env import process_env
+from zoo.checkpoints.checkpoint import CheckpointMismatchError, MissingParamsError
 from zoo.commands import jobs
 from zoo.data.readers import squad
 from zoo.errors import ConfigError, UserError
 from zoo.models import bert, gpt
-from zoo.train.checkpoint import CheckpointMismatchError, MissingParamsError
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CORPUS = "The cat sat on the mat.\nIt was warm.\n\nA dog ran home.\nIt was late.\n"

@@ -49,7 +49,7 @@ def test_lm_commands_write_into_the_bucket(gcs, gcs_bucket, cwd, tiny_lm_config,
     from zoo.convert import hf
     from zoo.commands import attention_maps, curves, jobs
     from zoo.models import gpt
-    from zoo.train.checkpoint import Checkpointer
+    from zoo.checkpoints.checkpoint import Checkpointer
 
     workdir = f"{gcs_bucket}/runs/gpt"
     config = tiny_lm_config(steps=2, eval_every=2)

@@ -16,7 +16,8 @@ from zoo.errors import ConfigError
 from zoo.nn import attention_kernels as kernels
 from zoo.nn.attention import MultiHeadAttention
 from zoo.nn.masks import MaskSpec
-from zoo.train import export, partitioning
+from zoo.train import partitioning
+from zoo.train.compilation import export
 
 
 def _case(batch, q_len, k_len, heads=2, dim=16, seed=0):

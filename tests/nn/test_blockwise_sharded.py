@@ -15,7 +15,7 @@ from zoo.nn import blockwise_attention as bw
 from zoo.nn.masks import MaskSpec
 from zoo.nn.transformer import TransformerEncoder
 from zoo.train import partitioning
-from zoo.train.collectives import collectives
+from zoo.train.compilation.collectives import collectives
 
 B, T, WIDTH, HEADS, BLOCK = 8, 32, 32, 4, 8  # four blocks per sequence, one row per device
 

@@ -11,11 +11,11 @@ import pytest
 
 from configs import classify as classify_config
 from tests.numerics import assert_close
-from zoo.convert import hf
+from zoo.checkpoints.checkpoint import Checkpointer
 from zoo.commands import jobs
+from zoo.convert import hf
 from zoo.data.synthetic import classification as synthetic_classification
 from zoo.train import init_from
-from zoo.train.checkpoint import Checkpointer
 
 # One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),
 # and 8 fake devices only add compile and collective time.

@@ -11,9 +11,9 @@ import pytest
 from configs import elmo as elmo_config
 from configs import feature_classify as feature_config
 from configs import word2vec as word2vec_config
+from zoo.checkpoints.checkpoint import Checkpointer
 from zoo.commands import jobs
 from zoo.train import init_from
-from zoo.train.checkpoint import Checkpointer
 
 # One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),
 # and 8 fake devices only add compile and collective time.

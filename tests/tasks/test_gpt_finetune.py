@@ -9,12 +9,12 @@ import pytest
 from configs import gpt as gpt_config
 from configs import gpt_classify
 from zoo import tasks
+from zoo.checkpoints.checkpoint import Checkpointer
 from zoo.commands import jobs
 from zoo.data.synthetic import classification as synthetic_classification
 from zoo.data.tokenizers import base as tokenizers
 from zoo.models.runtime_fields import RUN_CHOICES
 from zoo.train import init_from
-from zoo.train.checkpoint import Checkpointer
 
 # One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),
 # and 8 fake devices only add compile and collective time.

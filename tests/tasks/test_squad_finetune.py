@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from configs import squad as squad_config
+from zoo.checkpoints.checkpoint import Checkpointer
 from zoo.commands import jobs
 from zoo.train import init_from
-from zoo.train.checkpoint import Checkpointer
 
 # One device: nothing here is about sharding (tests/train/test_loop.py covers the layouts),
 # and 8 fake devices only add compile and collective time.

@@ -93,7 +93,7 @@ def test_train_batches_are_whole_shuffled_epochs_and_resume(tmp_path):
     """The task's own iterator (one numpy permutation per epoch): each epoch trains every row
     at most once (a last partial batch left out), epochs differ, two processes' slices make
     the global batch, and a restored position continues the same stream."""
-    from zoo.train import data_position
+    from zoo.checkpoints import data_position
 
     config = _config("skipgram", 1)
     config.data.batch_size = 64
@@ -146,7 +146,7 @@ def _query(config, workdir, *flags):
 def tables(skipgram):
     """The checkpoint's vocabulary and tables, restored independently of word2vec_query."""
     from zoo.commands import jobs
-    from zoo.train.checkpoint import Checkpointer
+    from zoo.checkpoints.checkpoint import Checkpointer
 
     config, workdir, _ = skipgram
     setup = jobs.build(config, workdir, devices=ONE_DEVICE)

@@ -104,7 +104,7 @@ def _hang_step(step: int, workdir: str) -> None:
 
 def _hang_restore(step: int, workdir: str) -> None:
     del step
-    from zoo.train import checkpoint
+    from zoo.checkpoints import checkpoint
 
     def restore(self, *args, **kwargs):
         _mark(os.path.join(workdir, HANG_MARKER), "restore")

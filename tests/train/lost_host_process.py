@@ -1,4 +1,5 @@
-"""One process of a 2-process jax.distributed job joined through zoo.train.lost_hosts (heartbeat
+"""One process of a 2-process jax.distributed job joined through zoo.train.hosts.lost_hosts
+(heartbeat
 timeout 2 s), for tests/train/test_lost_hosts.py: no model, only the exit paths.
 
     python tests/train/lost_host_process.py ADDRESS PROCESS_ID MODE DIR
@@ -26,7 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from zoo.train import lost_hosts  # noqa: E402
+from zoo.train.hosts import lost_hosts  # noqa: E402
 
 HEARTBEAT_TIMEOUT_S = 2
 

@@ -1,5 +1,5 @@
 """One process of a small multi-process job that saves or restores a train state through
-zoo.train.checkpoint.Checkpointer, with a restore fault injected on one process, for
+zoo.checkpoints.checkpoint.Checkpointer, with a restore fault injected on one process, for
 tests/train/test_restore_decisions.py (no model and no train step: a restore's decision is
 what is under test, and a process that compiles nothing starts in seconds).
 
@@ -35,8 +35,8 @@ import optax  # noqa: E402
 import orbax.checkpoint as ocp  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec  # noqa: E402
 
-from zoo.train import checksums  # noqa: E402
-from zoo.train.checkpoint import Checkpointer  # noqa: E402
+from zoo.checkpoints import checksums  # noqa: E402
+from zoo.checkpoints.checkpoint import Checkpointer  # noqa: E402
 from zoo.train.state import TrainState  # noqa: E402
 
 NEWEST = 4

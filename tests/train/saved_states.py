@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from zoo.train.checkpoint import Checkpointer
+from zoo.checkpoints.checkpoint import Checkpointer
 from zoo.train.state import TrainState
 
 

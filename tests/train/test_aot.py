@@ -15,7 +15,8 @@ from benchmarks import step as bench_step
 from tests.libtpu import needs_libtpu
 from tests.process_env import process_env
 from zoo.errors import ConfigError
-from zoo.train import flops, partitioning, program, topologies
+from zoo.train import partitioning, program
+from zoo.train.compilation import flops, topologies
 
 
 
@@ -198,7 +199,7 @@ def test_the_dry_run_beside_the_tpu_compiler(layout, low, high):
     chips; benchmarks.compile --dry-run has the table); a formula for it that fit the TPU
     overshot XLA:CPU's by 1.5x, so none is guessed."""
     from benchmarks import compile as bench_compile
-    from zoo.train import aot, dry_run
+    from zoo.train.compilation import aot, dry_run
 
     tpu_slice = topologies.parse("v5e-8")
     config, task = bench_compile._job("bert", "small", 128, 64, layout=layout)

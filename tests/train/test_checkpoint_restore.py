@@ -12,14 +12,14 @@ import pytest
 
 from tests.train import gpt_process
 from tests.train.saved_states import file_tree, save_steps, small_state
-from zoo.train import checksums
-from zoo.train.checkpoint import (
+from zoo.checkpoints import checksums
+from zoo.checkpoints.checkpoint import (
     Checkpointer,
     CheckpointMismatchError,
     CorruptCheckpointError,
     latest_param_shapes,
 )
-from zoo.train.data_position import DataReshardError, restore_iterator
+from zoo.checkpoints.data_position import DataReshardError, restore_iterator
 
 
 def _largest_array_file(workdir, step):

@@ -1,4 +1,5 @@
-"""Joining a cluster (zoo.train.distributed: JAX's detection, zoo's decision for SLURM): a 2-worker
+"""Joining a cluster (zoo.train.hosts.distributed: JAX's detection, zoo's decision for SLURM): a
+2-worker
 Cloud TPU VM slice, simulated by one GCE metadata server per worker on 127.0.0.1, and (in the
 acceptance tier) a 2-task SLURM job. Their train.py processes pretrain tiny BERT as one process
 on the same 4 devices would; a preemption notice to one TPU worker makes both save the same
@@ -14,7 +15,7 @@ import ml_collections
 import pytest
 
 from tests.train import multihost
-from zoo.train import distributed, lost_hosts
+from zoo.train.hosts import distributed, lost_hosts
 
 STEPS, EVERY = 12, 4
 # A dozen steps of tiny BERT cost less than compiling them: -O0 code generation for every run
@@ -142,7 +143,7 @@ def test_a_lone_process_starts_no_coordination_service(monkeypatch):
     distributed.initialize()
     # zoo's decision for SLURM (tests/train/test_launch.py has the table): JAX's coordinator
     # port for job 1, one GPU per local task as JAX would (no tasks per node to check against),
-    # and zoo's heartbeat timeout (zoo.train.lost_hosts).
+    # and zoo's heartbeat timeout (zoo.train.hosts.lost_hosts).
     assert started == [((), dict(coordinator_address="node1:61441", num_processes=2,
                                  process_id=0, local_device_ids=[0],
                                  cluster_detection_method="deactivate",

@@ -30,7 +30,8 @@ import pytest
 
 from benchmarks import step as bench_step
 from tests.libtpu import needs_libtpu
-from zoo.train import aot, collectives, partitioning, program
+from zoo.train import partitioning, program
+from zoo.train.compilation import aot, collectives
 
 LAYERS, HIDDEN, HEADS, MLP, VOCAB, SEQ, BATCH = 2, 128, 8, 512, 256, 64, 16
 
@@ -136,7 +137,7 @@ def test_the_tensor_check_fails_on_separate_qkv_projections(monkeypatch):
 @needs_libtpu
 @pytest.mark.parametrize("layout", list(CHECKS), ids=["data", "fsdp", "tensor"])
 def test_the_tpu_compiler_sends_what_first_principles_say(layout):
-    from zoo.train import topologies
+    from zoo.train.compilation import topologies
 
     devices = topologies.compile_only_devices(topologies.parse("v5e-8"))
     found, params, fsdp_sharded, _ = _compile(layout, devices)
@@ -334,7 +335,7 @@ def test_two_tpu_slices_send_each_other_only_the_gradients():
     the whole gradient (the compiler sends some small gradients whole from every device
     instead of a quarter: ~0.4 P per device here)."""
     from zoo.commands import compile as compile_command
-    from zoo.train import topologies
+    from zoo.train.compilation import topologies
 
     steps = {}
     for count in (1, 2):

@@ -1,4 +1,5 @@
-"""The persistent compilation cache (zoo.train.compile_cache): on by default under the workdir, and
+"""The persistent compilation cache (zoo.train.compilation.compile_cache): on by default under the
+workdir, and
 a restarted run in a fresh process compiles nothing: every program (the donated, sharded train
 step included) is a cache hit."""
 
@@ -16,7 +17,7 @@ from jax.experimental.compilation_cache import compilation_cache as jax_compilat
 from tests.train import multihost
 from zoo import paths
 from zoo.errors import ConfigError
-from zoo.train import compile_cache
+from zoo.train.compilation import compile_cache
 
 
 def _train_cfg(**values):

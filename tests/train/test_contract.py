@@ -5,10 +5,9 @@ import ml_collections
 import numpy as np
 import pytest
 
-from zoo import tasks
+from zoo import contract, tasks
 from zoo.tasks.base import (Baselines, FineTuning, Measured, Predicting, Sampling, Scored,
                             Task)
-from zoo.train import contract
 
 
 class _Core(Task):

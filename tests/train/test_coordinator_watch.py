@@ -1,4 +1,4 @@
-"""zoo.train.coordinator_watch, the companion that names a lost coordinator: run as the real
+"""zoo.train.hosts.coordinator_watch, the companion that names a lost coordinator: run as the real
 script with this test as its process, a pipe on its stdin and a coordinator address that
 refuses (the service gone) or accepts (alive)."""
 
@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.train import multihost
-from zoo.train import coordinator_watch
+from zoo.train.hosts import coordinator_watch
 
 LINE = "error: lost process 0 of 4 (the coordinator): process 2 "
 

@@ -35,7 +35,7 @@ def test_auto_is_rbg_on_one_accelerator_and_threefry_elsewhere(platforms, device
 def test_the_tpu_compiler_draws_rbg_bits_for_the_whole_batch_on_every_device(impl):
     # Why `auto` is threefry across devices: a mask of a batch sharded 8 ways is drawn whole,
     # u32[64, 128, 256], by each of v5e-8's chips under rbg; threefry draws 1/8 of it on each.
-    from zoo.train import topologies
+    from zoo.train.compilation import topologies
 
     devices = topologies.compile_only_devices(topologies.parse("v5e-8"))
     rows = NamedSharding(Mesh(np.array(devices), ("data",)), PartitionSpec("data"))

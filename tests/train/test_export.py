@@ -12,7 +12,7 @@ from benchmarks import step as bench_step
 from tests import stablehlo
 from zoo.errors import ConfigError
 from zoo.nn import attention_kernels
-from zoo.train import export
+from zoo.train.compilation import export
 
 # Each backend, the platforms it targets, and its kernel's custom call (None: plain StableHLO).
 BACKENDS = {

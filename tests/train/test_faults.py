@@ -15,8 +15,8 @@ import orbax.checkpoint as ocp
 import pytest
 
 from tests.train import gpt_process
-from zoo.train import checkpoint as checkpoint_lib
-from zoo.train.checkpoint import Checkpointer, CheckpointWriteError
+from zoo.checkpoints import checkpoint as checkpoint_lib
+from zoo.checkpoints.checkpoint import Checkpointer, CheckpointWriteError
 
 LAUNCHER = os.path.join(gpt_process.ROOT, "tests", "train", "fault_launcher.py")
 STEPS, EVERY, FAULT_STEP = 200, 50, 100

@@ -17,8 +17,9 @@ import optax
 import pytest
 
 from tests.numerics import assert_close
+from zoo.contract import losses
 from zoo.models import bert
-from zoo.train import losses, partitioning, step
+from zoo.train import partitioning, step
 from zoo.train.state import TrainState
 
 V, T, P, ROWS = 512, 16, 3, 16

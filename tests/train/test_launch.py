@@ -1,5 +1,5 @@
 """Every GPU launch shape as a decision table: the environment srun / mpirun / the user set ->
-the jax.distributed.initialize arguments zoo passes (zoo.train.distributed.launch). On CPU,
+the jax.distributed.initialize arguments zoo passes (zoo.train.hosts.distributed.launch). On CPU,
 local_device_ids changes nothing, so the table is the test. Outside judges: JAX's own detection,
 run on the same environment, gives the same coordinator, count and index, and the same
 local_device_ids wherever zoo does not override it; where zoo does, the row says why JAX is
@@ -11,7 +11,7 @@ import jax
 import pytest
 
 from zoo import errors
-from zoo.train import distributed, lost_hosts
+from zoo.train.hosts import distributed, lost_hosts
 
 ALL = distributed.ALL_VISIBLE
 EIGHT = "0,1,2,3,4,5,6,7"

@@ -13,9 +13,10 @@ import pytest
 from configs import bert_pretrain as bert_pretrain_config
 from configs import gpt as gpt_config
 from tests.numerics import assert_params_close
+from zoo.checkpoints import restore_verdicts
+from zoo.checkpoints.checkpoint import Checkpointer, MissingParamsError
 from zoo.commands import jobs
-from zoo.train import init_from, loop, restore_verdicts
-from zoo.train.checkpoint import Checkpointer, MissingParamsError
+from zoo.train import init_from, loop
 
 # The loop's features below the layout tests (spike guard, non-finite stop, best checkpoint,
 # profiling, init_from) run on one device: their logic is the same on any mesh, and 8 fake

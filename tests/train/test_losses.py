@@ -2,7 +2,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from zoo.train.losses import cross_entropy_sums
+from zoo.contract.losses import cross_entropy_sums
 
 
 def _reference(logits, targets, weights, eps):

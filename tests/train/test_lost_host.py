@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.train import multihost
-from zoo.train import coordinator_watch
+from zoo.train.hosts import coordinator_watch
 
 pytestmark = pytest.mark.acceptance  # minutes of real processes
 
@@ -90,7 +90,7 @@ def _check_survivors(exits, processes, victim, logs, lost_line_from=()):
     if victim == 0:
         line = f"error: lost process 0 of {processes} (the coordinator)"
     # A lost coordinator's line comes from each survivor's companion right after the survivor
-    # was aborted (zoo.train.coordinator_watch), within its probe's timeout; every other line
+    # was aborted (zoo.train.hosts.coordinator_watch), within its probe's timeout; every other line
     # is in the log before its process exits.
     deadline = time.monotonic() + coordinator_watch.PROBE_TIMEOUT_S + 10
     while time.monotonic() < deadline and not all(
@@ -180,7 +180,7 @@ def test_one_of_four_killed_mid_step(uninterrupted, tmp_path):
 
 def test_the_coordinator_of_four_killed_mid_step(tmp_path):
     # Process 0 hosts the coordination service: the others lose it and their collectives'
-    # peer at once, and C++ aborts them (JAX's agent or gloo); held (zoo.train.abort_hold),
+    # peer at once, and C++ aborts them (JAX's agent or gloo); held (zoo.train.hosts.abort_hold),
     # each finds process 0's address dead and prints the line.
     workdir = str(tmp_path / "run")
     procs, logs = _training_at_step_15(workdir, 4, tmp_path)

@@ -1,4 +1,5 @@
-"""zoo.train.lost_hosts' exit paths, on two real jax.distributed processes with a 2 s heartbeat
+"""zoo.train.hosts.lost_hosts' exit paths, on two real jax.distributed processes with a 2 s
+heartbeat
 timeout and no model (tests/train/lost_host_process.py): a survivor whose main thread ends in a
 collective's error, or that C++ aborts (gloo; JAX's agent when the coordinator is lost), still
 names the lost process and exits 1 within the heartbeat timeout; an abort after the exit barrier
@@ -60,7 +61,7 @@ def _finish(procs, timeout):
 def test_a_survivor_whose_collective_failed_names_the_lost_process(tmp_path, mode):
     """raise: the collective's error reaches the main thread (gloo: "Connection reset by
     peer"); abort: gloo aborts the process from C++ (std::terminate on a message of the wrong
-    size), which zoo.train.abort_hold holds until the lost-host watch has spoken."""
+    size), which zoo.train.hosts.abort_hold holds until the lost-host watch has spoken."""
     procs, logs = _launch(tmp_path, [mode, "wait"])
     _wait_joined(tmp_path, procs, logs)
     procs[1].send_signal(signal.SIGKILL)
@@ -101,9 +102,9 @@ def test_an_abort_on_the_way_out_is_not_held(tmp_path):
 
 def test_a_survivor_of_a_lost_coordinator_names_it_itself(tmp_path):
     """Process 0 hosts the coordination service: killed, the agent of process 1 aborts it from
-    C++ (LOG(FATAL)) within a second. Held (zoo.train.abort_hold), process 1 finds process 0's
+    C++ (LOG(FATAL)) within a second. Held (zoo.train.hosts.abort_hold), process 1 finds process 0's
     address dead and exits 1 with the line; unheld it died of SIGABRT, and only its companion
-    (zoo.train.coordinator_watch) could speak."""
+    (zoo.train.hosts.coordinator_watch) could speak."""
     procs, logs = _launch(tmp_path, ["wait", "wait"])
     _wait_joined(tmp_path, procs, logs)
     procs[0].send_signal(signal.SIGKILL)
@@ -120,7 +121,7 @@ def test_a_survivor_of_a_lost_coordinator_names_it_itself(tmp_path):
 # exit(), after Python's own exit handlers and finalization.
 _ABORT_AFTER_SHUTDOWN = """
 import ctypes
-from zoo.train import abort_hold
+from zoo.train.hosts import abort_hold
 assert abort_hold.install(60.0, abort_hold.Exiting(), 1, 2, None, None, 1)
 libc = ctypes.CDLL(None)
 libc.__cxa_atexit.argtypes = [ctypes.c_void_p] * 3
@@ -140,7 +141,7 @@ def test_an_abort_after_the_interpreter_is_gone_exits_as_an_abort():
 # through ctypes.PyDLL keeps it, as a C extension waiting on the aborting thread would).
 _ABORT_WHILE_THE_GIL_IS_HELD = """
 import ctypes, signal, threading, time
-from zoo.train import abort_hold
+from zoo.train.hosts import abort_hold
 assert abort_hold.install(3.0, abort_hold.Exiting(), 1, 2, None, None, 1)
 waiting = threading.Thread(target=ctypes.CDLL(None).sleep, args=(120,))  # GIL released
 waiting.start()
@@ -175,5 +176,6 @@ def test_without_a_compiler_nothing_is_held_and_an_abort_is_an_abort(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], cwd=multihost.ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == -signal.SIGABRT, (proc.returncode, proc.stderr[-2000:])
-    assert "zoo/train/abort_hold.cc could not be built: no working C++ compiler" in proc.stderr
+    assert ("zoo/train/hosts/abort_hold.cc could not be built: no working C++ compiler"
+            in proc.stderr)
     assert "aborted from C++" not in proc.stderr

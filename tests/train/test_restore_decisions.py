@@ -18,9 +18,9 @@ import pytest
 from tests.train import multihost
 from tests.train.saved_states import file_tree, save_steps, small_state
 from zoo import paths
+from zoo.checkpoints import checksums
+from zoo.checkpoints.checkpoint import Checkpointer
 from zoo.errors import DataError
-from zoo.train import checksums
-from zoo.train.checkpoint import Checkpointer
 
 
 def _largest_chunk(state_dir):
@@ -33,7 +33,8 @@ def _garble(path):
         f.write("{not json")
 
 
-# Each as orbax and tensorstore report it (zoo.train.restore_verdicts.damage_evidence), with the
+# Each as orbax and tensorstore report it (zoo.checkpoints.restore_verdicts.damage_evidence), with
+# the
 # checksum record removed so that their own error is the only evidence.
 DAMAGE = {
     "deleted chunk file": (lambda s: os.remove(_largest_chunk(s)), "FAILED_PRECONDITION"),

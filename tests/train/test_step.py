@@ -11,8 +11,9 @@ import optax
 import pytest
 
 from tests.numerics import assert_close, assert_params_close
+from zoo.contract import losses
 from zoo.models import gpt
-from zoo.train import losses, step
+from zoo.train import step
 from zoo.train.state import TrainState
 
 V, T = 32, 8

@@ -1,4 +1,5 @@
-"""The hang watchdog (zoo/train/watchdog.py): its rules on a fake clock, its config errors, and
+"""The hang watchdog (zoo/train/hosts/watchdog.py): its rules on a fake clock, its config errors,
+and
 real train.py processes whose step or checkpoint save hangs (tests/train/fault_launcher.py):
 each exits 1 with every thread's stack, and the relaunch resumes as if nothing had happened."""
 
@@ -13,7 +14,7 @@ import pytest
 
 from tests.train import gpt_process
 from zoo.errors import ConfigError
-from zoo.train import watchdog as watchdog_lib
+from zoo.train.hosts import watchdog as watchdog_lib
 
 LAUNCHER = os.path.join(gpt_process.ROOT, "tests", "train", "fault_launcher.py")
 HANG_MARKER = "fault_hanging"  # fault_launcher.HANG_MARKER
@@ -125,7 +126,7 @@ def test_a_real_thread_fires_while_the_main_thread_is_blocked():
 # releasing it, so no Python thread (the watchdog's own included) runs until it returns.
 _GIL_HOLDING_HANG = """
 import ctypes, ml_collections
-from zoo.train import watchdog
+from zoo.train.hosts import watchdog
 dog = watchdog.Watchdog(ml_collections.ConfigDict(dict(factor=0, min_s=0, limit_s=1)))
 with dog.phase("step", 3):
     ctypes.PyDLL(None).sleep(120)
@@ -150,7 +151,7 @@ def test_a_hang_that_holds_the_gil_is_reported_and_exits():
 
 _QUICK_PHASES_THEN_IDLE = """
 import time, ml_collections
-from zoo.train import watchdog
+from zoo.train.hosts import watchdog
 dog = watchdog.Watchdog(ml_collections.ConfigDict(dict(factor=0, min_s=0, limit_s=0.5)))
 for step in range(3):
     with dog.phase("step", step):

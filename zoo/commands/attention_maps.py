@@ -128,7 +128,7 @@ def _check_family(config, where: str) -> None:
 def _from_workdir(config, workdir: str) -> tuple[nn.Module, Any, Any]:
     """The task's model and tokenizer and the latest checkpoint's params."""
     from zoo.commands import jobs
-    from zoo.train.checkpoint import Checkpointer
+    from zoo.checkpoints.checkpoint import Checkpointer
 
     # Checked before building anything: build() and Checkpointer create directories.
     paths.check_remote(workdir, "--workdir")

@@ -12,7 +12,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from zoo import errors
-from zoo.train import distributed
+from zoo.train.hosts import distributed
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Directory for checkpoints, logs and metrics.")
 config_flags.DEFINE_config_file(

@@ -24,8 +24,9 @@ from absl import flags  # noqa: E402
 
 from zoo import paths  # noqa: E402
 from zoo.commands import cli, jobs  # noqa: E402
-from zoo.train import aot, recipe, topologies  # noqa: E402
-from zoo.train.chips import GIB  # noqa: E402
+from zoo.train import recipe
+from zoo.train.compilation import aot, topologies  # noqa: E402
+from zoo.train.compilation.chips import GIB  # noqa: E402
 
 _TOPOLOGY = flags.DEFINE_string(
     "topology", None, "the TPU slice, as Cloud TPU names it: v4-8 ... v4-4096, v5p-8 ..., "

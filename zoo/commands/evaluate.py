@@ -6,9 +6,10 @@ import flax.linen as nn
 import jax
 import ml_collections
 
-from zoo import paths
+from zoo import contract, paths
+from zoo.checkpoints import checkpoint
 from zoo.errors import ConfigError, MissingFileError
-from zoo.train import checkpoint, contract, loop
+from zoo.train import loop
 
 
 def run(config: ml_collections.ConfigDict, workdir: str, task_factory: loop.TaskFactory,

@@ -9,8 +9,8 @@ import ml_collections
 from zoo import paths, tasks
 from zoo.commands import evaluate as evaluation
 from zoo.data import corpora
-from zoo.train import dry_run as dry_run_lib
 from zoo.train import loop
+from zoo.train.compilation import dry_run as dry_run_lib
 
 
 def make_task(config: ml_collections.ConfigDict, workdir: str):
@@ -52,6 +52,7 @@ def build(config: ml_collections.ConfigDict, workdir: str, devices=None) -> loop
 
 
 def dry_run(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict[str, float]:
-    """The job's mesh, per-device memory and FLOPs from shapes alone (zoo.train.dry_run)."""
+    """The job's mesh, per-device memory and FLOPs from shapes alone
+    (zoo.train.compilation.dry_run)."""
     configure_storage(config)
     return dry_run_lib.report(config, workdir, make_task, devices)

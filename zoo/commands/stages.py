@@ -13,9 +13,9 @@ import jax
 import ml_collections
 
 from zoo import paths
+from zoo.checkpoints.checkpoint import Checkpointer
 from zoo.commands import curves, jobs
 from zoo.errors import ConfigError
-from zoo.train.checkpoint import Checkpointer
 
 
 def is_pipeline(config: ml_collections.ConfigDict) -> bool:

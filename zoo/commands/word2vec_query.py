@@ -118,7 +118,7 @@ def load_vectors(config, workdir: str) -> tuple[Vocabulary, np.ndarray]:
     from jax.experimental import multihost_utils
 
     from zoo.commands import jobs
-    from zoo.train.checkpoint import Checkpointer
+    from zoo.checkpoints.checkpoint import Checkpointer
 
     # Checked before building anything: build() and Checkpointer create directories.
     paths.check_remote(workdir, "--workdir")

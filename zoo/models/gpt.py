@@ -87,7 +87,7 @@ def activation_bytes(config: GPTConfig, batch: int, seq_len: int, tensor_paralle
     """Activation memory one device keeps for the backward pass of a `batch`-row micro-batch
     (the dry run): the decoder stack (zoo.nn.transformer.stack_activation_bytes) and the
     output's float32 [B, T, V] buffers, split over vocab by tensor parallelism: two live at
-    once (zoo.train.losses: the logits and exp(logits - max), then that and the logits'
+    once (zoo.contract.losses: the logits and exp(logits - max), then that and the logits'
     gradient, then the gradient and its transpose for the tied embedding's)."""
     stack = stack_activation_bytes(
         batch, seq_len, config.embed_dim, config.num_heads, config.num_layers, config.mlp_dim,

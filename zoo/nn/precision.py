@@ -63,7 +63,7 @@ def _param_einsum(spec: str, dtype, x_dtype, kernel_dtype):
         # dx = einsum("Y,K->X"): the contraction JAX's own transpose of the einsum runs, in
         # the compute dtype. Written out rather than through jax.vjp, whose primal einsum
         # would sit unused in the jaxpr of every scanned layer (XLA drops it; a FLOP count
-        # read from the jaxpr, zoo.train.flops, would not).
+        # read from the jaxpr, zoo.train.compilation.flops, would not).
         dx = jnp.einsum(f"{y_dims},{k_dims}->{x_dims}", dy, kc)
         # dK = einsum("X,Y->K"): the bf16 operands, summed over the batch dims in float32 (a
         # partial sum per device, so the cross-device reduction is float32 too).

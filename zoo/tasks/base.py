@@ -2,7 +2,7 @@
 
 A task is the required core, `Task` (the model, init_batch, loss_fn, the train and eval batches;
 init_params, model_inputs, summarize and tokens_per_batch have defaults), plus the opt-in parts
-it inherits beside it (zoo.train.contract, re-exported here): Predicting (predict,
+it inherits beside it (zoo.contract, re-exported here): Predicting (predict,
 score_predictions -> Scored), FineTuning (pretrained_subtree, frozen_subtrees, prepare),
 Sampling (samples), Baselines (baselines) and Measured (flops_per_token, activation_bytes).
 """
@@ -16,9 +16,9 @@ import ml_collections
 import numpy as np
 
 from zoo import paths
+from zoo.contract import (Baselines, FineTuning, Measured, Predicting, Sampling, Scored,
+                          undeclared_parts)
 from zoo.data.pipelines import batching
-from zoo.train.contract import (Baselines, FineTuning, Measured, Predicting, Sampling, Scored,
-                                undeclared_parts)
 
 __all__ = ["Baselines", "Batch", "FineTuning", "Measured", "Predicting", "Sampling", "Scored",
            "Task", "data_cache_dir", "write_once"]
@@ -43,7 +43,7 @@ class Task(abc.ABC):
     """A job kind: model + data + loss + metrics. The loop owns sharding, steps and logging.
 
     Batches are dicts of numpy arrays whose leading axis is the batch; the loop shards that
-    axis over the mesh's data axes. `loss_fn` returns sums (see zoo.train.losses), never means.
+    axis over the mesh's data axes. `loss_fn` returns sums (see zoo.contract.losses), never means.
     Anything more is an opt-in part inherited beside Task (see the module docstring).
     """
 

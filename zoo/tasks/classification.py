@@ -20,6 +20,7 @@ import jax
 import ml_collections
 import numpy as np
 
+from zoo.contract.losses import cross_entropy_sums
 from zoo.data.pipelines import batching
 from zoo.data.readers import classification
 from zoo.errors import ConfigError
@@ -27,7 +28,6 @@ from zoo.models import bert
 from zoo.tasks import bert_encoder
 from zoo.tasks.base import Batch, FineTuning, Measured, Task
 from zoo.tasks.classifier_scoring import ClassifierScoring
-from zoo.train.losses import cross_entropy_sums
 
 STRATEGIES = ("full", "frozen", "features")
 _INPUTS = ("input_ids", "token_type_ids", "attention_mask")

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from zoo.contract.losses import cross_entropy_sums
 from zoo.data.pipelines import lm_pipeline
 from zoo.data.readers import sources
 from zoo.data.readers import word2vec as w2v_data
@@ -39,7 +40,6 @@ from zoo.errors import ConfigError
 from zoo.models import elmo
 from zoo.models.elmo import BOS_ID, EOS_ID, PAD_ID, SPECIALS, UNK_ID
 from zoo.tasks.base import Baselines, Batch, Measured, Task
-from zoo.train.losses import cross_entropy_sums
 
 # A sentence ends at . ! or ? followed by white space (enough for the synthetic world's text and
 # for splitting a user's premise; corpora come already split into sentences).

@@ -22,6 +22,7 @@ over the whole eval split; `baselines()` gives the majority class's accuracy.
 import ml_collections
 import numpy as np
 
+from zoo.contract.losses import cross_entropy_sums
 from zoo.data.readers import classification
 from zoo.data.readers import word2vec as w2v_data
 from zoo.errors import ConfigError, DataError
@@ -30,7 +31,6 @@ from zoo.models import word2vec as w2v
 from zoo.tasks import elmo as elmo_task
 from zoo.tasks.base import Batch, FineTuning, Task
 from zoo.tasks.classifier_scoring import ClassifierScoring
-from zoo.train.losses import cross_entropy_sums
 
 _SUBTREE = {"elmo": "bilm", "word2vec": "embedding"}
 

@@ -34,6 +34,8 @@ import ml_collections
 import numpy as np
 
 from zoo import paths
+from zoo.checkpoints import checkpoint
+from zoo.contract.losses import cross_entropy_sums
 from zoo.convert import gpt2 as gpt2_convert
 from zoo.data.readers import classification, data_source, multiple_choice
 from zoo.data.tokenizers import base as tokenizers
@@ -43,8 +45,6 @@ from zoo.models.runtime_fields import RUN_CHOICES
 from zoo.tasks import bert_encoder
 from zoo.tasks.base import Batch, FineTuning, Task
 from zoo.tasks.classifier_scoring import ClassifierScoring
-from zoo.train import checkpoint
-from zoo.train.losses import cross_entropy_sums
 
 _MULTIPLE_CHOICE = "multiple_choice"
 _log = logging.getLogger(__name__)

@@ -9,12 +9,12 @@ import ml_collections
 import numpy as np
 
 from zoo import decoding
+from zoo.contract.losses import cross_entropy_sums
 from zoo.data.pipelines import lm_pipeline
 from zoo.data.tokenizers import base as tokenizers
 from zoo.errors import ConfigError
 from zoo.models import gpt
 from zoo.tasks.base import Baselines, Batch, Measured, Sampling, Task
-from zoo.train.losses import cross_entropy_sums
 
 
 class LanguageModelTask(Task, Sampling, Baselines, Measured):

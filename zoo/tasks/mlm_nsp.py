@@ -15,12 +15,12 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from zoo.contract.losses import cross_entropy_sums
 from zoo.data.pipelines.pretraining import batches as pretraining_batches
 from zoo.data.pipelines.pretraining import job_data as pretraining_data
 from zoo.data.pipelines.pretraining import run_order
 from zoo.models import bert
 from zoo.tasks.base import Baselines, Batch, Measured, Task
-from zoo.train.losses import cross_entropy_sums
 
 
 class PretrainingTask(Task, Baselines, Measured):

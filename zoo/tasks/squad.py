@@ -14,6 +14,7 @@ import ml_collections
 import numpy as np
 
 from zoo import paths
+from zoo.contract.losses import cross_entropy_sums
 from zoo.data.pipelines import squad_prepared
 from zoo.data.readers import data_source, squad
 from zoo.data.tokenizers import prepared as saved_tokenizer
@@ -23,7 +24,6 @@ from zoo.models import bert
 from zoo.tasks import bert_encoder
 from zoo.tasks.base import (Batch, FineTuning, Measured, Predicting, Scored, Task,
                             data_cache_dir)
-from zoo.train.losses import cross_entropy_sums
 
 _INPUTS = ("input_ids", "token_type_ids", "attention_mask")
 

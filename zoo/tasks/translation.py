@@ -20,6 +20,7 @@ import ml_collections
 import numpy as np
 
 from zoo import decoding
+from zoo.contract.losses import cross_entropy_sums
 from zoo.data.pipelines import batching
 from zoo.data.readers import parallel
 from zoo.data.tokenizers import base as tokenizers
@@ -27,7 +28,6 @@ from zoo.errors import ConfigError
 from zoo.eval import bleu, rouge
 from zoo.models import encoder_decoder as transformer
 from zoo.tasks.base import Batch, Measured, Predicting, Sampling, Scored, Task
-from zoo.train.losses import cross_entropy_sums
 
 _TRAIN_KEYS = ("source_ids", "target_input_ids", "target_ids", "target_weights")
 _DECODE_METHODS = ("greedy", "beam")

@@ -11,11 +11,12 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from zoo import paths
+from zoo.checkpoints import checkpoint
+from zoo.checkpoints import restore_verdicts as verdicts
+from zoo.checkpoints.checkpoint import Checkpointer, MissingParamsError
+from zoo.checkpoints.checkpoint_failures import first_line
 from zoo.errors import ConfigError, MissingFileError
-from zoo.train import checkpoint, recipe
-from zoo.train import restore_verdicts as verdicts
-from zoo.train.checkpoint import Checkpointer, MissingParamsError
-from zoo.train.checkpoint_failures import first_line
+from zoo.train import recipe
 from zoo.train.state import TrainState
 
 

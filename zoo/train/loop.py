@@ -19,19 +19,20 @@ import numpy as np
 import optax
 from jax.experimental import multihost_utils
 
-from zoo import paths
+from zoo import contract, paths
+from zoo.checkpoints.checkpoint import Checkpointer
 from zoo.errors import ConfigError, UserError
+from zoo.train import (dropout_rng, goodput, init_from, layer_scan, optim, partitioning, program,
+                       recipe, step)
 from zoo.train import metrics as metrics_lib
-from zoo.train import (compile_cache, contract, dropout_rng, dry_run, flops, goodput, init_from,
-                       layer_scan, optim, partitioning, program, recipe, step)
-from zoo.train import watchdog as watchdog_lib
-from zoo.train.checkpoint import Checkpointer
+from zoo.train.compilation import compile_cache, dry_run, flops
+from zoo.train.hosts import watchdog as watchdog_lib
 from zoo.train.state import TrainState
 
 NONFINITE_POLICIES = ("skip", "stop")
 
 # Builds the job's task from (config, workdir): a Task subclass (the core in tasks/base.py, the
-# opt-in parts in zoo.train.contract) as the task registry returns it, or any callable returning
+# opt-in parts in zoo.contract) as the task registry returns it, or any callable returning
 # such a task.
 TaskFactory = Callable[[ml_collections.ConfigDict, str], Any]
 
@@ -159,7 +160,7 @@ def make_eval_step(setup: Setup):
 
 
 def make_predict_step(setup: Setup):
-    """The jitted predict step of a Predicting task (zoo.train.contract); None for any other."""
+    """The jitted predict step of a Predicting task (zoo.contract); None for any other."""
     if not isinstance(setup.task, contract.Predicting):
         return None
     return jax.jit(setup.task.predict,

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 
 from zoo import paths
-from zoo.train import chips
+from zoo.train.compilation import chips
 
 
 class _JsonLines:
@@ -88,7 +88,8 @@ class MetricsWriter:
 
 
 def peak_flops(devices, override: float = 0.0) -> float | None:
-    """Total dense bf16 peak FLOP/s of `devices` (zoo.train.chips; config.train.peak_flops per
+    """Total dense bf16 peak FLOP/s of `devices` (zoo.train.compilation.chips;
+    config.train.peak_flops per
     device overrides it);
     None where unknown (CPUs), and MFU is then not shown."""
     devices = list(devices)
@@ -104,9 +105,11 @@ class Progress:
 
     MFU counts the model's FLOPs per token (the task's flops_per_token: 6N for the weights plus
     attention, causal attention counted at half the full square as MaxText counts it) against
-    the devices' dense bf16 peak (zoo.train.chips); HFU counts what the step executes (its
+    the devices' dense bf16 peak (zoo.train.compilation.chips); HFU counts what the step executes
+    (its
     matmuls from the jaxpr: recomputation by remat, and the full square an einsum computes for
-    causal attention, included; zoo.train.flops), so HFU >= MFU and the gap is recomputation.
+    causal attention, included; zoo.train.compilation.flops), so HFU >= MFU and the gap is
+    recomputation.
     """
 
     def __init__(self, total_steps: int, start_step: int = 0, flops_per_token: float = 0.0,

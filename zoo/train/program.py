@@ -18,7 +18,8 @@ import jax
 import ml_collections
 import optax
 
-from zoo.train import contract, dropout_rng, optim, partitioning, step
+from zoo import contract
+from zoo.train import dropout_rng, optim, partitioning, step
 from zoo.train.state import TrainState
 
 

@@ -15,7 +15,8 @@ import jax
 import ml_collections
 import numpy as np
 
-from zoo.train import contract, partitioning, program
+from zoo import contract
+from zoo.train import partitioning, program
 
 
 def _bytes_per_device(abstract_tree, shardings, mesh) -> float:

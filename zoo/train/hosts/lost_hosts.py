@@ -11,14 +11,14 @@ thread is blocked (a collective waiting on the dead peer, a checkpoint barrier),
 naming the lost process and exits 1, so the scheduler relaunches every process and the run
 resumes from its last complete checkpoint (tests/train/test_lost_host.py measures the time).
 A survivor that gloo aborts from C++ first (its collective broke with the peer's socket) is held
-alive until the watch has spoken (zoo.train.abort_hold), and the watch keeps watching until
+alive until the watch has spoken (zoo.train.hosts.abort_hold), and the watch keeps watching until
 every process has reached the exit barrier, so a survivor whose main thread ended in that
 collective's error names the lost process too.
 Process 0 hosts the service, so it leaves last. A recoverable service no longer holds its
 shutdown for the others: every process meets at an exit barrier instead. When process 0 itself
 dies, the agent of every other process aborts it from C++ within a second; held, each one
 finds process 0's address dead and prints the line naming it (abort_hold), and a companion
-process of each (zoo.train.coordinator_watch) prints it for one that dies all the same.
+process of each (zoo.train.hosts.coordinator_watch) prints it for one that dies all the same.
 """
 
 import atexit
@@ -33,7 +33,7 @@ import jax
 
 from zoo import errors
 from zoo.errors import ConfigError
-from zoo.train import abort_hold, coordinator_watch
+from zoo.train.hosts import abort_hold, coordinator_watch
 
 # JAX's default is 100 s; a healthy process sends its heartbeats from a C++ thread of its own
 # (not held by the GIL, a long compile or a step), so 30 s declares only a dead or frozen host.
@@ -106,7 +106,7 @@ def _start_companion(address: str, process_id: int, num_processes: int) -> None:
 
 def tell_companion_exiting() -> None:
     """This process exits on its own terms (having said why): its companion
-    (zoo.train.coordinator_watch) ends without a word. Call before an os._exit."""
+    (zoo.train.hosts.coordinator_watch) ends without a word. Call before an os._exit."""
     global _companion_pipe
     if _companion_pipe is not None:
         abort_hold.release()  # the hold's handler writes to this pipe: not once it is closed

@@ -4,12 +4,14 @@ Process 0 hosts JAX's coordination service. When it dies, every other process lo
 and its gloo peer in the same instant, and C++ aborts it (the coordination agent's LOG(FATAL)
 "Terminating process because the JAX distributed service detected fatal errors", or gloo's
 uncaught EnforceNotMet) within a second: measured with 4 processes on CPU, 0.3-0.6 s after
-process 0's SIGKILL, while zoo.train.lost_hosts polls the service once a second. The abort is
-held (zoo.train.abort_hold), and the held process prints the line itself; this companion is the
+process 0's SIGKILL, while zoo.train.hosts.lost_hosts polls the service once a second. The abort is
+held (zoo.train.hosts.abort_hold), and the held process prints the line itself; this companion is
+the
 second line of defence, for a process that dies all the same (the hold ran out, a signal no
 handler can hold, a jaxlib whose abort path bypasses it). No hook of this jaxlib runs Python
 there (the missed-heartbeat callback dies with std::bad_cast, see lost_hosts), so the line comes
-from outside: zoo.train.lost_hosts starts this script (stdlib only, no jax: ~20 ms and a few MB)
+from outside: zoo.train.hosts.lost_hosts starts this script (stdlib only, no jax: ~20 ms and a few
+MB)
 beside every process but 0, with a pipe on its stdin. The process writes one byte before it
 exits on its own terms (zoo's exit barrier, a lost-host report of its own); when the pipe closes
 without that byte, or the process is no longer this script's parent, it ended abruptly, and this

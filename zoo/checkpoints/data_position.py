@@ -7,8 +7,8 @@ import json
 import jax
 
 from zoo import paths
+from zoo.checkpoints import restore_verdicts as verdicts
 from zoo.errors import UserError
-from zoo.train import restore_verdicts as verdicts
 
 
 class DataReshardError(UserError, ValueError):

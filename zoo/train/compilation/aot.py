@@ -1,11 +1,13 @@
 """A job's real train step compiled ahead of time for a TPU slice this machine does not have.
 
 The step is zoo.train.program's (the one the loop runs), traced over abstract arrays on a mesh
-of the slice's compile-only devices (zoo.train.topologies) and compiled by the TPU compiler in
+of the slice's compile-only devices (zoo.train.compilation.topologies) and compiled by the TPU
+compiler in
 libtpu: what comes back is what a pod would run. From it: per-device memory (XLA's own
 accounting of arguments, outputs, donated buffers and temporaries), the collectives of the
-partitioned program (zoo.train.collectives), and the matmul FLOPs the step executes
-(zoo.train.flops) beside the model's own count. Over several slices the mesh's data axis spans
+partitioned program (zoo.train.compilation.collectives), and the matmul FLOPs the step executes
+(zoo.train.compilation.flops) beside the model's own count. Over several slices the mesh's data axis
+spans
 them (zoo.train.partitioning.make_mesh); what crosses slices is reported apart, at the DCN's
 bandwidth.
 """
@@ -17,10 +19,12 @@ import time
 import jax
 import ml_collections
 
+from zoo import contract
 from zoo.errors import ConfigError
-from zoo.train import collectives as collectives_lib
-from zoo.train import flops as flops_lib
-from zoo.train import contract, partitioning, program, topologies
+from zoo.train import partitioning, program
+from zoo.train.compilation import collectives as collectives_lib
+from zoo.train.compilation import flops as flops_lib
+from zoo.train.compilation import topologies
 
 
 class DoesNotFitError(ConfigError):

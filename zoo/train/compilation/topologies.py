@@ -16,7 +16,7 @@ import math
 import os
 
 from zoo.errors import ConfigError
-from zoo.train import chips
+from zoo.train.compilation import chips
 
 INSTALL = 'pip install "jax[tpu]==<your jax version>"  (the tpu extra: pip install -e ".[tpu]")'
 

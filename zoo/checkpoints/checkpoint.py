@@ -16,13 +16,13 @@ from etils import epath
 from jax.experimental import multihost_utils
 
 from zoo import paths
+from zoo.checkpoints import checkpoint_failures, checksums
+from zoo.checkpoints import quarantine as quarantine_lib
+from zoo.checkpoints import restore_verdicts as verdicts
+from zoo.checkpoints.checkpoint_failures import CheckpointWriteError, first_line
+from zoo.checkpoints.data_position import read_position, set_position
+from zoo.checkpoints.restore_verdicts import CheckpointRestoreError
 from zoo.errors import ConfigError, DataError, MissingFileError, UserError
-from zoo.train import checkpoint_failures, checksums
-from zoo.train import quarantine as quarantine_lib
-from zoo.train import restore_verdicts as verdicts
-from zoo.train.restore_verdicts import CheckpointRestoreError
-from zoo.train.data_position import read_position, set_position
-from zoo.train.checkpoint_failures import CheckpointWriteError, first_line
 
 
 class MissingParamsError(UserError, ValueError):

@@ -1,7 +1,8 @@
 """A C++ abort in a process of a multi-host run waits for the lost-host verdict before it dies.
 
 When a peer dies mid-collective, gloo can abort a survivor from C++ before zoo's lost-host
-watch (zoo.train.lost_hosts) has heard of the loss: the killed peer's socket breaks one device's
+watch (zoo.train.hosts.lost_hosts) has heard of the loss: the killed peer's socket breaks one
+device's
 all-reduce, that device moves on while the others of the same process still wait in the old
 one, the next message between them has the wrong size, and gloo's transport thread throws an
 uncaught `gloo::EnforceNotMet` ("Received data size doesn't match expected size"):
@@ -15,9 +16,9 @@ lost process is process 0, the service went with it: the handler probes process 
 once a second and, when nothing answers there, prints the line naming the lost coordinator and
 exits 1. If no verdict comes within the hold, the handler says the abort is the process's own
 and it goes ahead as it would have (at once when the process is on its way out: `Exiting` set,
-or Python's exit); zoo.train.coordinator_watch still speaks for a process that dies that way.
+or Python's exit); zoo.train.hosts.coordinator_watch still speaks for a process that dies that way.
 
-The handler is C (zoo/train/abort_hold.cc, compiled on first use like zoo's CPU kernels) and
+The handler is C (zoo/train/hosts/abort_hold.cc, compiled on first use like zoo's CPU kernels) and
 makes only async-signal-safe calls: it needs no GIL (a thread holding the GIL while it waits on
 the aborting one cannot turn the abort into a hang: the hold ends on time) and no interpreter
 (an abort after Python's finalization is an abort, not a segfault). Faulthandler, enabled
@@ -35,7 +36,7 @@ import sys
 import threading
 
 from zoo.errors import ConfigError
-from zoo.train import coordinator_watch
+from zoo.train.hosts import coordinator_watch
 
 _log = logging.getLogger(__name__)
 _library: ctypes.CDLL | None = None

@@ -4,7 +4,8 @@ A restore reads files another process (or another run) wrote; a read can fail be
 files are damaged (evidence: a missing file, metadata that does not parse, tensorstore's
 data-loss codes), because storage is passing through a bad minute (retried by zoo.retry), or
 for any other reason (out of memory, a sharding bug), which must surface as it is. With several
-processes, each one's verdict is gathered and all apply the same decision (zoo.train.checkpoint
+processes, each one's verdict is gathered and all apply the same decision
+(zoo.checkpoints.checkpoint
 uses both).
 """
 
@@ -17,8 +18,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 from zoo import retry
+from zoo.checkpoints.checkpoint_failures import first_line
 from zoo.errors import UserError
-from zoo.train.checkpoint_failures import first_line
 
 
 class CheckpointRestoreError(RuntimeError):

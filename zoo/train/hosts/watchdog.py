@@ -27,7 +27,7 @@ import threading
 import time
 
 from zoo.errors import ConfigError
-from zoo.train import lost_hosts
+from zoo.train.hosts import lost_hosts
 
 WINDOW, MIN_SAMPLES = 50, 5
 HANG_EXIT_CODE = 1  # faulthandler's backstop exits with 1 too

@@ -15,8 +15,9 @@ isinstance, never by calling a do-nothing default on every task:
   Measured     flops_per_token,             the analytic cost figures (MFU, the dry run)
                activation_bytes
 
-The parts live here, not in zoo.tasks, because the loop that detects them never imports zoo.tasks;
-zoo.tasks.base re-exports them.
+This package sits below both sides of the contract: zoo.tasks implements it and zoo.train (the
+loop, the dry run, the commands) asks through it, and neither imports the other. zoo.tasks.base
+re-exports the parts beside Task; the losses every task shares are zoo.contract.losses.
 """
 
 import abc

@@ -23,7 +23,7 @@ module; the lock pins the jax it was tested with (tests/train/test_cluster_join.
 2-worker TPU VM slice and a 2-task SLURM job).
 
 Once joined, a process that dies stops the others within config.train.heartbeat_timeout_s and
-a few seconds, with one line naming it (zoo.train.lost_hosts).
+a few seconds, with one line naming it (zoo.train.hosts.lost_hosts).
 """
 
 import os
@@ -31,7 +31,7 @@ import re
 from collections.abc import Mapping
 
 from zoo import errors
-from zoo.train import lost_hosts
+from zoo.train.hosts import lost_hosts
 
 # JAX's ports when none is given: the ephemeral range [61440, 65535], picked from the job id.
 _PORT_BASE, _PORT_SPAN = 65536 - 2**12, 2**12
@@ -217,7 +217,8 @@ def detect() -> tuple[str, int] | None:
 
 def initialize(config=None) -> None:
     """Joins the other processes when this process is one of several: jax.distributed.initialize
-    with config.train.heartbeat_timeout_s, through zoo.train.lost_hosts (which reports a process
+    with config.train.heartbeat_timeout_s, through zoo.train.hosts.lost_hosts (which reports a
+    process
     that dies)."""
     timeout = lost_hosts.heartbeat_timeout(config)  # a bad value is refused on one process too
     planned = launch(os.environ)

@@ -10,8 +10,8 @@ import jax
 from jax.experimental import multihost_utils
 
 from zoo import paths
-from zoo.train import restore_verdicts as verdicts
-from zoo.train.checkpoint_failures import first_line
+from zoo.checkpoints import restore_verdicts as verdicts
+from zoo.checkpoints.checkpoint_failures import first_line
 
 
 def set_aside(directory: str, steps: list[int], quarantine: bool) -> list[str]:
