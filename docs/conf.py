@@ -39,10 +39,13 @@ nitpicky = True
 nitpick_ignore_regex = [(r"py:.*", r"(?!zoo\.).*")]
 autodoc_typehints = "none"
 autodoc_member_order = "bysource"
-# zoo's docstrings are plain text (DESIGN.md: short Google-style, shapes, formulas such as
-# |i - j|), not reStructuredText; docs/_ext/zoo_docs shows each one as written, verbatim.
+# zoo's docstrings are plain text (short Google-style, shapes, formulas such as |i - j|), not
+# reStructuredText; docs/_ext/zoo_docs shows each one as written, as wrapping plain text.
 zoo_docstrings_verbatim = True
 
 html_theme = "sphinx_book_theme"
 html_title = "zoo"
 html_theme_options = {"show_toc_level": 2, "home_page_in_toc": True}
+# Long code lines and docstrings wrap inside the content column (docs/_static/zoo.css).
+html_static_path = ["_static"]
+html_css_files = ["zoo.css"]

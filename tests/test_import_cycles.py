@@ -1,9 +1,10 @@
 """No import cycles among the repository's modules (zoo/, benchmarks/, configs/).
 
-DESIGN.md's data flow only reads top to bottom if no module reaches back to one that imports it.
-A cycle can hide behind a function-local import or an `if TYPE_CHECKING:` block and still work
-at run time, until someone moves an import to the top or a type checker follows it; so this reads
-every import statement in the source (the AST, never importing anything), wherever it sits.
+The data flow of docs/explanation/architecture.md only reads top to bottom if no module reaches
+back to one that imports it. A cycle can hide behind a function-local import or an
+`if TYPE_CHECKING:` block and still work at run time, until someone moves an import to the top or
+a type checker follows it; so this reads every import statement in the source (the AST, never
+importing anything), wherever it sits.
 """
 
 from __future__ import annotations

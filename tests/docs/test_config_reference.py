@@ -50,11 +50,13 @@ def test_a_key_added_to_a_config_without_a_meaning_fails_the_check(monkeypatch):
 def test_each_page_lists_every_key_with_its_default(tmp_path):
     configs.write_pages(ROOT, tmp_path)
     page = (tmp_path / "bert_pretrain.md").read_text()
+    # Each key a definition-list entry: the key, then its default(s), then its meaning.
     for path, values in configs.job_keys(ROOT, "bert_pretrain").items():
-        assert f"| `{path}` |" in page
-    assert "| `data.seq_len` | `64`<br>`size=base`: `128`" in page  # tiny 64, base 128
+        assert f"\n`{path}`\n: " in page
+    assert "\n`data.seq_len`\n: default `64`; `size=base`: `128`;" in page  # tiny 64, base 128
     quickstart = (tmp_path / "quickstart.md").read_text()
-    assert "| `stages` |" in quickstart and "`squad.train.eval_every` | `250`" in quickstart
+    assert "\n`stages`\n: " in quickstart
+    assert "\n`squad.train.eval_every`\n: `250`\n" in quickstart
     index = (tmp_path / "index.md").read_text()
     assert all(job in index for job in configs.job_names(ROOT))
 

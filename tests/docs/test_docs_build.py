@@ -56,3 +56,27 @@ def test_the_link_check_catches_a_broken_link(tmp_path):
     page = tmp_path / "page.md"
     page.write_text("[a](missing.md) `[b](in-code.md)` [c](https://example.com) [d](#here)\n")
     assert list(_relative_links(page)) == ["missing.md"]
+
+
+def test_generated_pages_fit_the_content_column(built):
+    """What clipped at 1280 px: the config reference's three-column table (its meaning column cut
+    off), docstrings as Python-highlighted literal blocks that never wrap, long code lines. Now
+    the keys are definition-list entries, docstrings plain text, and every page loads zoo.css,
+    which wraps code and literal blocks and keeps a wide table scrolling inside the column."""
+    _, out = built
+    css = (out / "_static" / "zoo.css").read_text(encoding="utf-8")
+    assert "white-space: pre-wrap" in css and "overflow-x: auto" in css
+    pages = sorted(out.rglob("*.html"))
+    assert pages and all("_static/zoo.css" in p.read_text(encoding="utf-8") for p in pages
+                         if p.parent.name != "_static"), "a page without zoo.css"
+    configs = sorted((out / "generated" / "configs").glob("*.html"))
+    assert configs and not [p.name for p in configs if "<table" in p.read_text(encoding="utf-8")]
+    bert = (out / "generated" / "configs" / "bert_pretrain.html").read_text(encoding="utf-8")
+    assert "<dt><code" in bert and "data.seq_len" in bert
+    api = sorted((out / "generated" / "api").glob("zoo*.html"))
+    assert api
+    for page in api:
+        html = page.read_text(encoding="utf-8")
+        assert "highlight-python" not in html and "highlight-default" not in html, page.name
+    assert "zoo-docstring" in (out / "generated" / "api" / "zoo.nn.html").read_text(
+        encoding="utf-8")

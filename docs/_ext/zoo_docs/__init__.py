@@ -46,10 +46,12 @@ def _on_builder_inited(app) -> None:
 
 def _verbatim_docstring(app, what, name, obj, options, lines) -> None:
     """Shows a docstring as written: zoo's are plain text (shapes, formulas, indented command
-    lines), which reStructuredText would misread as markup."""
+    lines), which reStructuredText would misread as markup. A plain-text block (not Python: no
+    keyword colouring of prose) of class zoo-docstring, which wraps (docs/_static/zoo.css)."""
     if app.config.zoo_docstrings_verbatim and any(line.strip() for line in lines):
         text = [line.rstrip() for line in lines]
-        lines[:] = ["::", ""] + ["   " + line if line else "" for line in text] + [""]
+        lines[:] = ([".. code-block:: text", "   :class: zoo-docstring", ""]
+                    + ["   " + line if line else "" for line in text] + [""])
 
 
 def setup(app):

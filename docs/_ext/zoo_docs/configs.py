@@ -136,16 +136,23 @@ def _stage_job(root, job, stage):
     return stage
 
 
-def _cell(value) -> str:
+def _value(value) -> str:
+    """A config value as inline code, long ones cut at 60 characters."""
     text = repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
-    return "`" + text.replace("|", "\\|").replace("`", "'") + "`"
+    return "`" + text.replace("`", "'") + "`"
 
 
 def _text(value: str) -> str:
-    """A meaning as a table cell: pipes escaped, and `<` so <workdir> is not read as HTML."""
-    return value.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;")
+    """A meaning as one paragraph: `<` escaped so <workdir> is not read as HTML."""
+    return value.replace("\n", " ").replace("<", "&lt;")
+
+
+def _entry(key: str, value: str, meaning: str) -> list[str]:
+    """One key as a definition-list entry (it wraps at the content column, where a three-column
+    table of long meanings was cut off): the key, then its value and its meaning."""
+    return [f"`{key}`", f": {value}", "", f"  {_text(meaning)}" if meaning else "", ""]
 
 
 def _variants(module) -> str:
@@ -169,14 +176,13 @@ def _page(root, job, meanings) -> str:
         lines += [f"Variants (`--config=configs/{job}.py:key=value,...`) and their defaults: "
                   f"`{variants}`. Defaults below are the default variant's; where another "
                   f"variant changes one, it is listed after it.", ""]
-    lines += ["| key | default | meaning |", "|---|---|---|"]
     for path, values in own.items():
-        default = _cell(values[""]) if "" in values else "(variant only)"
-        others = [f"`{arg}`: {_cell(v)}" for arg, v in values.items()
+        default = ("default " + _value(values[""])) if "" in values else "(variant only)"
+        others = [f"`{arg}`: {_value(v)}" for arg, v in values.items()
                   if arg and ("" not in values or repr(v) != repr(values[""]))]
         if others:
-            default += "<br>" + "<br>".join(others)
-        lines.append(f"| `{path}` | {default} | {_text(meaning(meanings, job, path) or '')} |")
+            default += "; " + "; ".join(others)
+        lines += _entry(path, default, meaning(meanings, job, path) or "")
     for stage, values in stages.items():
         stage_job = _stage_job(root, job, stage)
         base = dict(_flatten(_module(root, stage_job).get_config(
@@ -186,11 +192,9 @@ def _page(root, job, meanings) -> str:
                   f"A whole [configs/{stage_job}.py]({stage_job}.md) config; override its keys "
                   f"as `--config.{stage}.KEY=VALUE`."]
         if changed:
-            lines += ["Keys this pipeline sets differently from that job's defaults:", "",
-                      "| key | value | meaning |", "|---|---|---|"]
-            lines += [f"| `{stage}.{p}` | {_cell(v)} | "
-                      f"{_text(meaning(meanings, stage_job, p) or '')} |"
-                      for p, v in changed.items()]
+            lines += ["Keys this pipeline sets differently from that job's defaults:", ""]
+            for p, v in changed.items():
+                lines += _entry(f"{stage}.{p}", _value(v), meaning(meanings, stage_job, p) or "")
     return "\n".join(lines) + "\n"
 
 
