@@ -8,11 +8,10 @@ checkout's zoo/nn/blockwise_attention.py ("after") and another version of it ("b
 
 Compile only, on this CPU: libtpu (installed with jax[tpu]) gives compile-only v5e devices
 (zoo.train.compilation.topologies), the job's train step is built as train.py builds it
-(zoo.train.program.abstract_train_step on ShapeDtypeStructs) and compiled by the TPU compiler;
-the collectives are read from the compiled HLO (zoo.train.compilation.collectives). Each compile
-takes a
-few minutes here. "before" swaps the other version's blockwise_attention into
-zoo.nn.attention (the one name MultiHeadAttention calls).
+(zoo.train.program.abstract_train_step on ShapeDtypeStructs) and compiled by the TPU compiler; the
+collectives are read from the compiled HLO (zoo.train.compilation.collectives). Each compile takes a
+few minutes here. "before" swaps the other version's blockwise_attention into zoo.nn.attention (the
+one name MultiHeadAttention calls).
 
 The TPU compiler prints no trip counts for these loops, so the table also gives the executions
 per step the loop bounds imply: layers x query blocks x key blocks for each of the forward and

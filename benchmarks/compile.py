@@ -9,21 +9,18 @@
 and default mesh: data parallel over every chip) for each slice and records: whether it fits
 in HBM (the compiler's own verdict), per-device memory, the matmul FLOPs per step (executed,
 zoo.train.compilation.flops), the bytes each device sends per step (ring algorithms over the
-compiled
-program's collectives, zoo.train.compilation.collectives), and the time those bytes need at the
-chip's ICI
-bandwidth beside the compute time at 50% MFU (zoo.train.compilation.chips, with sources). A slice
-named
-`2xv5e-256` is two v5e-256 slices (Multislice: the mesh's data axis across them, each slice
-running the recipe's global batch, so twice the batch in all); its row adds what crosses
-slices: the bytes each device sends over the data-center network per step and their time at
-the chip's share of the DCN bandwidth. What it cannot say: how much of the communication XLA overlaps with compute (the two times are the bounds of
-the question, not the answer), host input speed, or anything about a real run's MFU.
+compiled program's collectives, zoo.train.compilation.collectives), and the time those bytes need at
+the chip's ICI bandwidth beside the compute time at 50% MFU (zoo.train.compilation.chips, with
+sources). A slice named `2xv5e-256` is two v5e-256 slices (Multislice: the mesh's data axis across
+them, each slice running the recipe's global batch, so twice the batch in all); its row adds what
+crosses slices: the bytes each device sends over the data-center network per step and their time at
+the chip's share of the DCN bandwidth. What it cannot say: how much of the communication XLA
+overlaps with compute (the two times are the bounds of the question, not the answer), host input
+speed, or anything about a real run's MFU.
 
 --dry-run puts zoo.train.compilation.dry_run's per-device estimate beside the compiler's figure for
-BERT-base
-(seq 128, 512), BERT-large (512) and GPT-2 124M / 355M (1024) on data / FSDP / tensor / mixed
-layouts of v4-32 (16 chips, 32 GiB each).
+BERT-base (seq 128, 512), BERT-large (512) and GPT-2 124M / 355M (1024) on data / FSDP / tensor /
+mixed layouts of v4-32 (16 chips, 32 GiB each).
 
 The jobs' tasks are benchmarks.step's (the real losses and models, random batches of the right
 shapes: no corpus to prepare). Writes compile_readiness.{jsonl,md} / compile_dry_run.{jsonl,md}

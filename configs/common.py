@@ -145,8 +145,8 @@ def train_config(steps: ml_collections.FieldReference) -> ml_collections.ConfigD
             label_smoothing=0.0,
             tensorboard=True,
             # Compiled programs kept across restarts (zoo.train.compilation.compile_cache): local or
-            # gs://;
-            # '' = $JAX_COMPILATION_CACHE_DIR if set, else <workdir>/compile_cache; 'off' = none.
+            # gs://; '' = $JAX_COMPILATION_CACHE_DIR if set, else <workdir>/compile_cache; 'off' =
+            # none.
             compilation_cache_dir="",
             compilation_cache_min_compile_secs=0.0,  # keep programs that took at least this
             # Its bound: the entries used longest ago go as each run starts (0 = none).

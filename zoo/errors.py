@@ -76,9 +76,8 @@ def find(error: BaseException | None) -> UserError | None:
     return found
 
 
-# Called with this process's failure, one line, when a command's entry point ends with it; a
-# hook may return a line to print last instead (zoo.train.hosts.lost_hosts: in a multi-process run
-# it
+# Called with this process's failure, one line, when a command's entry point ends with it; a hook
+# may return a line to print last instead (zoo.train.hosts.lost_hosts: in a multi-process run it
 # publishes the failure to the others, and names a peer's failure that came first and caused
 # this one).
 failure_hooks: list[Callable[[str], str | None]] = []

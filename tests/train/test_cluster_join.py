@@ -1,10 +1,8 @@
 """Joining a cluster (zoo.train.hosts.distributed: JAX's detection, zoo's decision for SLURM): a
-2-worker
-Cloud TPU VM slice, simulated by one GCE metadata server per worker on 127.0.0.1, and (in the
-acceptance tier) a 2-task SLURM job. Their train.py processes pretrain tiny BERT as one process
-on the same 4 devices would; a preemption notice to one TPU worker makes both save the same
-step, and the rerun finishes like the uninterrupted run. A lone process starts no
-coordination service."""
+2-worker Cloud TPU VM slice, simulated by one GCE metadata server per worker on 127.0.0.1, and (in
+the acceptance tier) a 2-task SLURM job. Their train.py processes pretrain tiny BERT as one process
+on the same 4 devices would; a preemption notice to one TPU worker makes both save the same step,
+and the rerun finishes like the uninterrupted run. A lone process starts no coordination service."""
 
 import http.server
 import os

@@ -1,7 +1,6 @@
 """The persistent compilation cache (zoo.train.compilation.compile_cache): on by default under the
-workdir, and
-a restarted run in a fresh process compiles nothing: every program (the donated, sharded train
-step included) is a cache hit."""
+workdir, and a restarted run in a fresh process compiles nothing: every program (the donated,
+sharded train step included) is a cache hit."""
 
 import os
 import re

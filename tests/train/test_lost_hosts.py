@@ -1,10 +1,9 @@
 """zoo.train.hosts.lost_hosts' exit paths, on two real jax.distributed processes with a 2 s
-heartbeat
-timeout and no model (tests/train/lost_host_process.py): a survivor whose main thread ends in a
-collective's error, or that C++ aborts (gloo; JAX's agent when the coordinator is lost), still
-names the lost process and exits 1 within the heartbeat timeout; an abort after the exit barrier
-is not held; and a clean exit names nobody, whichever process reaches the exit barrier first.
-The whole train.py scenarios (a kill mid-step, mid-save) are tests/train/test_lost_host.py."""
+heartbeat timeout and no model (tests/train/lost_host_process.py): a survivor whose main thread ends
+in a collective's error, or that C++ aborts (gloo; JAX's agent when the coordinator is lost), still
+names the lost process and exits 1 within the heartbeat timeout; an abort after the exit barrier is
+not held; and a clean exit names nobody, whichever process reaches the exit barrier first. The whole
+train.py scenarios (a kill mid-step, mid-save) are tests/train/test_lost_host.py."""
 
 import os
 import signal

@@ -34,8 +34,7 @@ def _garble(path):
 
 
 # Each as orbax and tensorstore report it (zoo.checkpoints.restore_verdicts.damage_evidence), with
-# the
-# checksum record removed so that their own error is the only evidence.
+# the checksum record removed so that their own error is the only evidence.
 DAMAGE = {
     "deleted chunk file": (lambda s: os.remove(_largest_chunk(s)), "FAILED_PRECONDITION"),
     "truncated chunk file": (lambda s: os.truncate(_largest_chunk(s), 100), "OUT_OF_RANGE"),

@@ -1,6 +1,5 @@
 """The hang watchdog (zoo/train/hosts/watchdog.py): its rules on a fake clock, its config errors,
-and
-real train.py processes whose step or checkpoint save hangs (tests/train/fault_launcher.py):
+and real train.py processes whose step or checkpoint save hangs (tests/train/fault_launcher.py):
 each exits 1 with every thread's stack, and the relaunch resumes as if nothing had happened."""
 
 import os

@@ -2,11 +2,10 @@
 
 A restore reads files another process (or another run) wrote; a read can fail because those
 files are damaged (evidence: a missing file, metadata that does not parse, tensorstore's
-data-loss codes), because storage is passing through a bad minute (retried by zoo.retry), or
-for any other reason (out of memory, a sharding bug), which must surface as it is. With several
-processes, each one's verdict is gathered and all apply the same decision
-(zoo.checkpoints.checkpoint
-uses both).
+data-loss codes), because storage is passing through a bad minute (retried by zoo.retry), or for any
+other reason (out of memory, a sharding bug), which must surface as it is. With several processes,
+each one's verdict is gathered and all apply the same decision (zoo.checkpoints.checkpoint uses
+both).
 """
 
 import json

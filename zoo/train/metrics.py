@@ -89,9 +89,8 @@ class MetricsWriter:
 
 def peak_flops(devices, override: float = 0.0) -> float | None:
     """Total dense bf16 peak FLOP/s of `devices` (zoo.train.compilation.chips;
-    config.train.peak_flops per
-    device overrides it);
-    None where unknown (CPUs), and MFU is then not shown."""
+    config.train.peak_flops per device overrides it); None where unknown (CPUs), and MFU is then not
+    shown."""
     devices = list(devices)
     if override:
         return override * len(devices)
@@ -104,9 +103,8 @@ class Progress:
     between calls (so compile time shows up only in the first interval).
 
     MFU counts the model's FLOPs per token (the task's flops_per_token: 6N for the weights plus
-    attention, causal attention counted at half the full square as MaxText counts it) against
-    the devices' dense bf16 peak (zoo.train.compilation.chips); HFU counts what the step executes
-    (its
+    attention, causal attention counted at half the full square as MaxText counts it) against the
+    devices' dense bf16 peak (zoo.train.compilation.chips); HFU counts what the step executes (its
     matmuls from the jaxpr: recomputation by remat, and the full square an einsum computes for
     causal attention, included; zoo.train.compilation.flops), so HFU >= MFU and the gap is
     recomputation.

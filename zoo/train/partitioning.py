@@ -133,9 +133,8 @@ def device_grid(sizes, devices) -> np.ndarray:
     The data axis is split into slices x data-within-a-slice (the DCN part outermost, so the
     devices of one slice are contiguous along it); fsdp and tensor stay inside a slice, where
     ICI carries their every-layer traffic (an FSDP or tensor axis across slices would send
-    activations or weights over the DCN in every layer: a few GB/s per chip against ICI's
-    hundreds, zoo.train.compilation.chips). jax's create_hybrid_device_mesh lays each slice's part
-    on its
+    activations or weights over the DCN in every layer: a few GB/s per chip against ICI's hundreds,
+    zoo.train.compilation.chips). jax's create_hybrid_device_mesh lays each slice's part on its
     torus.
 
     Raises:

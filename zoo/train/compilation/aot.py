@@ -1,14 +1,12 @@
 """A job's real train step compiled ahead of time for a TPU slice this machine does not have.
 
-The step is zoo.train.program's (the one the loop runs), traced over abstract arrays on a mesh
-of the slice's compile-only devices (zoo.train.compilation.topologies) and compiled by the TPU
-compiler in
-libtpu: what comes back is what a pod would run. From it: per-device memory (XLA's own
-accounting of arguments, outputs, donated buffers and temporaries), the collectives of the
-partitioned program (zoo.train.compilation.collectives), and the matmul FLOPs the step executes
+The step is zoo.train.program's (the one the loop runs), traced over abstract arrays on a mesh of
+the slice's compile-only devices (zoo.train.compilation.topologies) and compiled by the TPU compiler
+in libtpu: what comes back is what a pod would run. From it: per-device memory (XLA's own accounting
+of arguments, outputs, donated buffers and temporaries), the collectives of the partitioned program
+(zoo.train.compilation.collectives), and the matmul FLOPs the step executes
 (zoo.train.compilation.flops) beside the model's own count. Over several slices the mesh's data axis
-spans
-them (zoo.train.partitioning.make_mesh); what crosses slices is reported apart, at the DCN's
+spans them (zoo.train.partitioning.make_mesh); what crosses slices is reported apart, at the DCN's
 bandwidth.
 """
 

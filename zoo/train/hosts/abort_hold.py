@@ -1,13 +1,12 @@
 """A C++ abort in a process of a multi-host run waits for the lost-host verdict before it dies.
 
-When a peer dies mid-collective, gloo can abort a survivor from C++ before zoo's lost-host
-watch (zoo.train.hosts.lost_hosts) has heard of the loss: the killed peer's socket breaks one
-device's
-all-reduce, that device moves on while the others of the same process still wait in the old
-one, the next message between them has the wrong size, and gloo's transport thread throws an
-uncaught `gloo::EnforceNotMet` ("Received data size doesn't match expected size"):
-std::terminate aborts the process within a second of the kill, with no line naming the lost
-process. The coordination agent's LOG(FATAL) when process 0 is gone ends the same way.
+When a peer dies mid-collective, gloo can abort a survivor from C++ before zoo's lost-host watch
+(zoo.train.hosts.lost_hosts) has heard of the loss: the killed peer's socket breaks one device's
+all-reduce, that device moves on while the others of the same process still wait in the old one, the
+next message between them has the wrong size, and gloo's transport thread throws an uncaught
+`gloo::EnforceNotMet` ("Received data size doesn't match expected size"): std::terminate aborts the
+process within a second of the kill, with no line naming the lost process. The coordination agent's
+LOG(FATAL) when process 0 is gone ends the same way.
 
 So `install` puts a handler on SIGABRT that holds the aborting thread while the others go on:
 the lost-host watch asks the coordination service (which lives on in process 0) and, once the

@@ -1,22 +1,20 @@
 """The line that names a lost coordinator, from a small companion process of each other process.
 
-Process 0 hosts JAX's coordination service. When it dies, every other process loses the service
-and its gloo peer in the same instant, and C++ aborts it (the coordination agent's LOG(FATAL)
-"Terminating process because the JAX distributed service detected fatal errors", or gloo's
-uncaught EnforceNotMet) within a second: measured with 4 processes on CPU, 0.3-0.6 s after
-process 0's SIGKILL, while zoo.train.hosts.lost_hosts polls the service once a second. The abort is
-held (zoo.train.hosts.abort_hold), and the held process prints the line itself; this companion is
-the
-second line of defence, for a process that dies all the same (the hold ran out, a signal no
-handler can hold, a jaxlib whose abort path bypasses it). No hook of this jaxlib runs Python
-there (the missed-heartbeat callback dies with std::bad_cast, see lost_hosts), so the line comes
-from outside: zoo.train.hosts.lost_hosts starts this script (stdlib only, no jax: ~20 ms and a few
-MB)
-beside every process but 0, with a pipe on its stdin. The process writes one byte before it
-exits on its own terms (zoo's exit barrier, a lost-host report of its own); when the pipe closes
-without that byte, or the process is no longer this script's parent, it ended abruptly, and this
-script tries a TCP connection to the coordinator's address. Refused or timed out: the service is
-gone, and it prints
+Process 0 hosts JAX's coordination service. When it dies, every other process loses the service and
+its gloo peer in the same instant, and C++ aborts it (the coordination agent's LOG(FATAL)
+"Terminating process because the JAX distributed service detected fatal errors", or gloo's uncaught
+EnforceNotMet) within a second: measured with 4 processes on CPU, 0.3-0.6 s after process 0's
+SIGKILL, while zoo.train.hosts.lost_hosts polls the service once a second. The abort is held
+(zoo.train.hosts.abort_hold), and the held process prints the line itself; this companion is the
+second line of defence, for a process that dies all the same (the hold ran out, a signal no handler
+can hold, a jaxlib whose abort path bypasses it). No hook of this jaxlib runs Python there (the
+missed-heartbeat callback dies with std::bad_cast, see lost_hosts), so the line comes from outside:
+zoo.train.hosts.lost_hosts starts this script (stdlib only, no jax: ~20 ms and a few MB) beside
+every process but 0, with a pipe on its stdin. The process writes one byte before it exits on its
+own terms (zoo's exit barrier, a lost-host report of its own); when the pipe closes without that
+byte, or the process is no longer this script's parent, it ended abruptly, and this script tries a
+TCP connection to the coordinator's address. Refused or timed out: the service is gone, and it
+prints
 
     error: lost process 0 of N (the coordinator): ...
 

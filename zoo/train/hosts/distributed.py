@@ -218,8 +218,7 @@ def detect() -> tuple[str, int] | None:
 def initialize(config=None) -> None:
     """Joins the other processes when this process is one of several: jax.distributed.initialize
     with config.train.heartbeat_timeout_s, through zoo.train.hosts.lost_hosts (which reports a
-    process
-    that dies)."""
+    process that dies)."""
     timeout = lost_hosts.heartbeat_timeout(config)  # a bad value is refused on one process too
     planned = launch(os.environ)
     if planned is not None:
