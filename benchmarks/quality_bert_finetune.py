@@ -38,6 +38,7 @@ import ml_collections
 import numpy as np
 
 from benchmarks import peers, quality_bert, quality_data, step_jobs
+from zoo.commands import jobs
 from zoo.errors import ConfigError
 from zoo.eval import classification_metrics
 from zoo.train import init_from, loop, optim, recipe
@@ -129,7 +130,8 @@ class ZooClassifier:
         self.setup = step_jobs.build(config, task)
         self.train_step = loop.make_train_step(self.setup, config)
         self.predict_step = loop.make_predict_step(self.setup)
-        self.state = init_from.init_params(config.train.init_from, self.setup.state, "bert")
+        self.state = init_from.init_params(config.train.init_from, self.setup.state, "bert",
+                                           jobs.load_pretrained_params)
         self.num_classes = len(task.labels)
 
     def step(self, batch: dict[str, np.ndarray]) -> float:

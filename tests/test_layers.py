@@ -22,6 +22,9 @@ def test_tasks_and_the_trainer_import_neither_each_other_nor_the_commands():
     assert not _reaching(train, "zoo.tasks"), _reaching(train, "zoo.tasks")
     for importers in (tasks, train):
         assert not _reaching(importers, "zoo.commands"), _reaching(importers, "zoo.commands")
+    # A pretrained directory's reader is handed to the trainer (zoo.train.init_from), which
+    # stands on no conversion code.
+    assert not _reaching(train, "zoo.convert"), _reaching(train, "zoo.convert")
 
 
 def test_the_contract_and_the_layers_below_it_import_no_task_trainer_or_command():

@@ -131,7 +131,8 @@ def test_fine_tunes_from_a_gpt2_directory_with_its_byte_level_tokenizer(pretrain
         want = False if key == "scan_layers" else config.model[key]
         assert getattr(task.model_config, key) == want, key
     setup = jobs.build(config, str(tmp_path / "run"), devices=ONE_DEVICE)
-    state = init_from.init_params(str(directory), setup.state, "gpt")
+    state = init_from.init_params(str(directory), setup.state, "gpt",
+                                  jobs.load_pretrained_params)
     for got, want in zip(jax.tree.leaves(state.params["gpt"]),
                          jax.tree.leaves(jax.tree.map(np.asarray, params))):
         np.testing.assert_array_equal(np.asarray(got), want)

@@ -61,6 +61,7 @@ def pretrained_digest(params) -> str:
 def _pretrained(mesh, directory: str) -> None:
     import flax.linen as nn
 
+    from zoo.commands import jobs
     from zoo.models import bert
     from zoo.train import init_from
 
@@ -69,7 +70,8 @@ def _pretrained(mesh, directory: str) -> None:
     params = jax.jit(lambda: nn.unbox(model.init(jax.random.key(1), ids, ids, ids)["params"]),
                      out_shardings=NamedSharding(mesh, PartitionSpec()))()
     state = TrainState.create(params, optax.sgd(0.1), jax.random.key(0))
-    state = init_from.init_params(directory, state)
+    state = init_from.init_params(directory, state,
+                                  load_pretrained=jobs.load_pretrained_params)
     # Every array is replicated: each process holds it whole.
     local = jax.tree.map(lambda a: a.addressable_data(0), state.params)
     print(f"PRETRAINED {pretrained_digest(local)}", flush=True)

@@ -1,7 +1,8 @@
 """Where a config becomes a run: config.task is looked up in zoo.tasks' registry here, and only
-here, and handed down to the loop as a task factory (zoo.train never imports zoo.tasks: the
-tasks import zoo.train). train.py, eval.py, the pipeline and the commands that read a trained
-workdir all go through these functions.
+here, and handed down to the loop as a task factory (zoo.train and zoo.tasks never import each
+other: they meet at zoo.contract), with the reader of pretrained directories (zoo.convert.hf).
+train.py, eval.py, the pipeline and the commands that read a trained workdir all go through
+these functions.
 """
 
 import ml_collections
@@ -23,6 +24,15 @@ def make_task(config: ml_collections.ConfigDict, workdir: str):
     return factory(config, workdir)
 
 
+def load_pretrained_params(path: str):
+    """config.train.init_from's reader of a Hugging Face or google-research/bert directory
+    (zoo.convert.hf, imported only when a run names one: it brings the torch / safetensors
+    readers)."""
+    from zoo.convert import hf
+
+    return hf.pretrained_params(path)
+
+
 def configure_storage(config: ml_collections.ConfigDict) -> None:
     """The job's bounds on gs:// requests (config.train.storage: zoo.paths.configure), set
     before the job's first request."""
@@ -34,7 +44,7 @@ def train(config: ml_collections.ConfigDict, workdir: str, devices=None) -> dict
     """Trains (or resumes) the job in `workdir` on `devices` (default all): zoo.train.loop.run.
     Returns the last eval summary."""
     configure_storage(config)
-    return loop.run(config, workdir, make_task, devices)
+    return loop.run(config, workdir, make_task, devices, load_pretrained_params)
 
 
 def evaluate(config: ml_collections.ConfigDict, workdir: str, devices=None

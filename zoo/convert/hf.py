@@ -67,6 +67,12 @@ __all__ = ["CONFIG_FILE", "GOOGLE_CONFIG_FILE", "SAFETENSORS_FILE", "SUPPORTED_A
 # ---- loading -----------------------------------------------------------------------------------
 
 
+def pretrained_params(path: str | os.PathLike) -> dict[str, Any]:
+    """The params of a checkpoint directory (load_pretrained's, without the model and the
+    tokenizer): the reader zoo.commands.jobs hands to the trainer's config.train.init_from."""
+    return load_pretrained(path)[1]
+
+
 def load_pretrained(path: str | os.PathLike, **overrides: Any
                     ) -> tuple[nn.Module, dict[str, Any], Any,
                                WordPieceTokenizer | gpt2_bpe.GPT2Tokenizer | None]:

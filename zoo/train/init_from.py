@@ -1,10 +1,14 @@
 """config.train.init_from: a run that starts from another run's params rather than from init.
 
 The source is the workdir of a zoo run (its latest checkpoint, all of it or one subtree such as
-the 'bert' encoder under a new head) or a Hugging Face / google-research/bert directory
-(zoo.convert.hf.load_pretrained, imported only when a run names one: it brings torch/safetensors
-readers). Every mismatch is a user error naming config.train.init_from.
+the 'bert' encoder under a new head) or a Hugging Face / google-research/bert directory, read by
+the loader the caller hands in (zoo.commands.jobs hands zoo.convert.hf's): the trainer reads zoo
+checkpoints itself and stands on no conversion code. Every mismatch is a user error naming
+config.train.init_from.
 """
+
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -19,13 +23,25 @@ from zoo.errors import ConfigError, MissingFileError
 from zoo.train import recipe
 from zoo.train.state import TrainState
 
+# A pretrained checkpoint directory -> its params pytree (numpy arrays), in the model's own
+# structure (zoo.convert.hf.pretrained_params).
+PretrainedLoader = Callable[[str], Any]
 
-def init_params(workdir: str, state: TrainState, subtree: str | None = None) -> TrainState:
+
+def init_params(workdir: str, state: TrainState, subtree: str | None = None,
+                load_pretrained: PretrainedLoader | None = None) -> TrainState:
     """Starts a run from another run's latest params (e.g. BERT phase 2 from phase 1), or only
     their `subtree` (e.g. the 'bert' encoder under a new task head). `workdir` may also be a
-    Hugging Face or google-research/bert checkpoint directory (zoo.convert.hf.load_pretrained)."""
+    Hugging Face or google-research/bert checkpoint directory, which `load_pretrained` reads."""
     if recipe.is_pretrained_directory(workdir):
-        return state.replace(params=_pretrained_params(workdir, state.params, subtree))
+        if load_pretrained is None:
+            raise ConfigError(
+                f"config.train.init_from={workdir!r} is a pretrained checkpoint directory, and "
+                "this run was given no reader for one: start it through train.py or "
+                "zoo.commands.jobs.train, which read Hugging Face and google-research/bert "
+                "directories (zoo.convert.hf)")
+        return state.replace(params=_pretrained_params(workdir, state.params, subtree,
+                                                       load_pretrained))
     paths.check_remote(workdir, "config.train.init_from")
     if not paths.as_path(workdir).is_dir():
         raise MissingFileError(
@@ -68,7 +84,7 @@ def _restore_subtree(source: Checkpointer, target, subtree: str, where: str = ""
             raise min(bare, nested, key=lambda e: len(e.missing) / e.wanted) from None
 
 
-def _pretrained_params(directory: str, params, subtree: str | None):
+def _pretrained_params(directory: str, params, subtree: str | None, load: PretrainedLoader):
     """`params` with `subtree` (or all of them) replaced by a pretrained checkpoint's, each
     array placed on the sharding of the parameter it replaces.
 
@@ -81,7 +97,7 @@ def _pretrained_params(directory: str, params, subtree: str | None):
     loaded, error, code, reason = None, None, verdicts.OK, ""
     if jax.process_index() == 0:
         try:
-            loaded = _read_pretrained(directory, target, subtree, where)
+            loaded = _read_pretrained(directory, target, subtree, where, load)
         except Exception as e:  # noqa: BLE001 -- raised below, once every process knows
             error, code, reason = e, verdicts.ERROR, first_line(e)
     code, process, reason = verdicts.agree(code, reason)
@@ -103,12 +119,11 @@ def _pretrained_params(directory: str, params, subtree: str | None):
     return {**params, subtree: placed}
 
 
-def _read_pretrained(directory: str, target, subtree: str | None, where: str):
+def _read_pretrained(directory: str, target, subtree: str | None, where: str,
+                     load: PretrainedLoader):
     """The checkpoint's params for `target` (params[subtree], or all of them) as host arrays
     in target's dtypes; a ConfigError when its tree or shapes are another model's."""
-    from zoo.convert import hf  # torch/safetensors readers load only when a run asks for them
-
-    _, loaded, _, _ = hf.load_pretrained(directory)
+    loaded = load(directory)
     if subtree is not None:
         # A checkpoint with a head holds the encoder under `subtree` ('bert'); a bare encoder
         # (BertModel) is the subtree itself.

@@ -220,9 +220,12 @@ def _profile_window(spec: str) -> tuple[int, int] | None:
 
 
 def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFactory,
-        devices=None) -> dict[str, float]:
+        devices=None, load_pretrained: init_from.PretrainedLoader | None = None
+        ) -> dict[str, float]:
     """Trains the task task_factory(config, workdir) makes for config.train.steps, resuming from
-    the latest checkpoint in `workdir` if there is one. Returns the last eval summary."""
+    the latest checkpoint in `workdir` if there is one. Returns the last eval summary.
+    `load_pretrained` reads a pretrained directory config.train.init_from names
+    (zoo.train.init_from)."""
     config = recipe.resolve(config)
     train_cfg = config.train
     if train_cfg.nonfinite not in NONFINITE_POLICIES:
@@ -260,7 +263,7 @@ def run(config: ml_collections.ConfigDict, workdir: str, task_factory: TaskFacto
         elif train_cfg.init_from:
             with watchdog.phase("init_from"), account.timed("restore"):
                 state = init_from.init_params(train_cfg.init_from, state,
-                                              contract.pretrained_subtree(task))
+                                              contract.pretrained_subtree(task), load_pretrained)
         with jax.set_mesh(setup.mesh), nn.logical_axis_rules(setup.rules):
             contract.prepare(task, state.params)
         start, total = int(state.step), train_cfg.steps
