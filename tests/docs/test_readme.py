@@ -47,7 +47,7 @@ def test_the_docs_keep_the_readmes_former_facts():
     page = {name: (ROOT / "docs" / name).read_text(encoding="utf-8") for name in (
         "guides/gpu-clusters.md", "explanation/reliability.md", "development/testing.md",
         "guides/cloud-storage.md", "explanation/sharding.md", "changelog.md")}
-    # The launch table: one row per shape tests/train/test_launch.py checks.
+    # The launch table: one row per shape tests/train/hosts/test_launch.py checks.
     assert page["guides/gpu-clusters.md"].count("| `srun ") == 5
     assert page["guides/gpu-clusters.md"].count("| `mpirun ") == 3
     # The reliability table names the tests that prove each guarantee, and they exist.

@@ -1,4 +1,4 @@
-"""train.py with one checkpoint fault injected, for tests/train/test_faults.py.
+"""train.py with one checkpoint fault injected, for tests/checkpoints/test_faults.py.
 
     python tests/train/fault_launcher.py --fault=KIND:STEP <train.py flags>
 

@@ -1,5 +1,5 @@
 """One process of a 2-process jax.distributed job joined through zoo.train.hosts.lost_hosts
-(heartbeat timeout 2 s), for tests/train/test_lost_hosts.py: no model, only the exit paths.
+(heartbeat timeout 2 s), for tests/train/hosts/test_lost_hosts.py: no model, only the exit paths.
 
     python tests/train/lost_host_process.py ADDRESS PROCESS_ID MODE DIR
 

@@ -1,6 +1,6 @@
 """One process of a small multi-process job that saves or restores a train state through
 zoo.checkpoints.checkpoint.Checkpointer, with a restore fault injected on one process, for
-tests/train/test_restore_decisions.py (no model and no train step: a restore's decision is
+tests/checkpoints/test_restore_decisions.py (no model and no train step: a restore's decision is
 what is under test, and a process that compiles nothing starts in seconds).
 
     python tests/train/restore_process.py save|restore|init|pretrained WORKDIR

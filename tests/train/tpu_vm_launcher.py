@@ -1,4 +1,4 @@
-"""train.py on a simulated Cloud TPU VM worker, for tests/train/test_cluster_join.py.
+"""train.py on a simulated Cloud TPU VM worker, for tests/train/hosts/test_cluster_join.py.
 
     python tests/train/tpu_vm_launcher.py <train.py flags>
 

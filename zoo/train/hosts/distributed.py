@@ -1,7 +1,7 @@
 """Multi-host start-up: join the other processes before any device is touched.
 
 GPU launchers (SLURM's srun, Open MPI's mpirun) and an explicit coordinator are zoo's decision,
-`launch(environment)`, a pure function with a decision table in tests/train/test_launch.py:
+`launch(environment)`, a pure function with a decision table in tests/train/hosts/test_launch.py:
 JAX's own detection (`jax._src.clusters`) fills `local_device_ids` with `[SLURM_LOCALID]` /
 `[OMPI_COMM_WORLD_LOCAL_RANK]`, GPU ordinals counted *after* CUDA_VISIBLE_DEVICES. That is
 right only when every task of a node sees all the node's GPUs. Where SLURM gives each task its
@@ -19,7 +19,7 @@ Cloud TPU VM slice (its workers read from the GCE metadata server), a GKE TPU jo
 (TPU_WORKER_HOSTNAMES), Kubernetes. zoo asks that detection only whether there are several
 processes, so a lone process (a laptop, a single-host TPU VM, a one-task SLURM job) never starts
 a coordination service. JAX keeps no public API for "which cluster am I in", hence the private
-module; the lock pins the jax it was tested with (tests/train/test_cluster_join.py simulates a
+module; the lock pins the jax it was tested with (tests/train/hosts/test_cluster_join.py simulates a
 2-worker TPU VM slice and a 2-task SLURM job).
 
 Once joined, a process that dies stops the others within config.train.heartbeat_timeout_s and

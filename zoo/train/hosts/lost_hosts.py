@@ -9,7 +9,7 @@ std::bad_cast). So zoo starts the service recoverable (a dead process is marked,
 aborted) and a daemon thread asks it which processes are alive; a survivor, wherever its main
 thread is blocked (a collective waiting on the dead peer, a checkpoint barrier), prints one line
 naming the lost process and exits 1, so the scheduler relaunches every process and the run
-resumes from its last complete checkpoint (tests/train/test_lost_host.py measures the time).
+resumes from its last complete checkpoint (tests/train/hosts/test_lost_host.py measures the time).
 A survivor that gloo aborts from C++ first (its collective broke with the peer's socket) is held
 alive until the watch has spoken (zoo.train.hosts.abort_hold), and the watch keeps watching until
 every process has reached the exit barrier, so a survivor whose main thread ended in that

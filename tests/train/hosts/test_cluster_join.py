@@ -20,7 +20,7 @@ STEPS, EVERY = 12, 4
 # here (each compared only with runs compiled the same way).
 FAST = True
 DEVICES = 4  # 1 process x 4 devices, or 2 processes x 2
-LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tpu_vm_launcher.py")
+LAUNCHER = os.path.join(multihost.ROOT, "tests", "train", "tpu_vm_launcher.py")
 METADATA_PATH = "/computeMetadata/v1/instance/attributes/"
 
 
@@ -139,7 +139,7 @@ def test_a_lone_process_starts_no_coordination_service(monkeypatch):
     monkeypatch.setenv("SLURM_NTASKS", "2")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     distributed.initialize()
-    # zoo's decision for SLURM (tests/train/test_launch.py has the table): JAX's coordinator
+    # zoo's decision for SLURM (tests/train/hosts/test_launch.py has the table): JAX's coordinator
     # port for job 1, one GPU per local task as JAX would (no tasks per node to check against),
     # and zoo's heartbeat timeout (zoo.train.hosts.lost_hosts).
     assert started == [((), dict(coordinator_address="node1:61441", num_processes=2,

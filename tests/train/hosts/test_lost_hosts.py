@@ -3,7 +3,7 @@ heartbeat timeout and no model (tests/train/lost_host_process.py): a survivor wh
 in a collective's error, or that C++ aborts (gloo; JAX's agent when the coordinator is lost), still
 names the lost process and exits 1 within the heartbeat timeout; an abort after the exit barrier is
 not held; and a clean exit names nobody, whichever process reaches the exit barrier first. The whole
-train.py scenarios (a kill mid-step, mid-save) are tests/train/test_lost_host.py."""
+train.py scenarios (a kill mid-step, mid-save) are tests/train/hosts/test_lost_host.py."""
 
 import os
 import signal
@@ -168,7 +168,7 @@ def test_an_abort_held_while_another_thread_holds_the_gil_ends_on_time():
 
 def test_without_a_compiler_nothing_is_held_and_an_abort_is_an_abort(tmp_path):
     script = ("import logging, os; logging.basicConfig()\n"
-              "from zoo.train import abort_hold\n"
+              "from zoo.train.hosts import abort_hold\n"
               "assert not abort_hold.install(60.0, abort_hold.Exiting(), 1, 2, None, None, 1)\n"
               "os.abort()\n")
     env = dict(os.environ, CXX="no-such-compiler", ZOO_KERNEL_CACHE=str(tmp_path))

@@ -120,7 +120,7 @@ def test_503s_on_the_first_reads_from_a_bucket_restore_the_same_step(gcs_knobs, 
 
 # --- several real processes ------------------------------------------------------------------
 
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "restore_process.py")
+SCRIPT = os.path.join(multihost.ROOT, "tests", "train", "restore_process.py")
 # Each job decides in 3-6 s on the 2-core box (process start-up included); a process still
 # running after this has not decided: before the fix, one waited in a barrier the other
 # never reached (orbax's restore barrier: 300 s; zoo's quarantine barrier: for ever).
