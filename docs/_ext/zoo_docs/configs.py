@@ -170,7 +170,8 @@ def _page(root, job, meanings) -> str:
     keys = job_keys(root, job)
     own, stages = stage_keys(keys)
     doc = inspect.cleandoc(module.__doc__ or "")
-    lines = [f"# configs/{job}.py", "", "```text", doc, "```", ""]
+    lines = [f"# configs/{job}.py", "", "```{code-block} text", ":class: zoo-docstring", "", doc,
+             "```", ""]
     variants = _variants(module)
     if variants:
         lines += [f"Variants (`--config=configs/{job}.py:key=value,...`) and their defaults: "
