@@ -174,8 +174,8 @@ def _table(records: list[dict]) -> str:
         "",
         "'loop coll.' = collectives inside the attention's while loops in the compiled program "
         "(zoo.train.compilation.collectives); 'execs/step' = how often they run per step "
-        "(count x trip counts). 'pairs' = (query block, key block) pairs the segments leave: whole batch "
-        "(one vote for all rows, the old decision: every device computes these) / the most "
+        "(count x trip counts). 'pairs' = (query block, key block) pairs the segments leave: "
+        "whole batch (one vote for all rows, the old decision: every device computes these) / the most "
         "and the mean any one device's rows need (the per-device decision) / the full grid. "
         "'load' = the 1-minute load average when measured (before / after).",
         "",

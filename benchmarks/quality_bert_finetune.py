@@ -6,9 +6,9 @@ corpus=spam_assassin | brown_genre), from one and the same starting point.
 
 The starting point: zoo's tiny BERT pretrained on Brown (MLM + NSP, the WordPiece vocabulary of
 benchmarks.quality_bert, `--pretrain-steps` steps of configs/bert_pretrain.py:corpus=brown's
-recipe), written as a Hugging Face directory by zoo.convert.hf_save.save_pretrained. Pretraining parity
-is benchmarks.quality_bert's pair; this one isolates fine-tuning, so both sides start from
-exactly the same weights, the new classifier head included:
+recipe), written as a Hugging Face directory by zoo.convert.hf_save.save_pretrained. Pretraining
+parity is benchmarks.quality_bert's pair; this one isolates fine-tuning, so both sides start
+from exactly the same weights, the new classifier head included:
 
 * zoo's side is what train.py runs for `configs/classify.py:corpus=...` with
   --config.train.init_from=<that directory> and the 'tiny' fine-tuning recipe (lr 1e-3, 100

@@ -128,7 +128,7 @@ def test_crc32c_matches_the_definition_on_both_paths():
         assert crc32c(data[n // 3:], crc32c(data[: n // 3])) == crc32c(data), n  # continuing
 
 
-# ---- zoo.convert.hf.load_pretrained --------------------------------------------------------------------
+# ---- zoo.convert.hf.load_pretrained --------------------------------------------------------------
 
 
 def test_google_research_directory_gives_transformers_logits(loaded):

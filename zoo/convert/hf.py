@@ -49,16 +49,17 @@ from zoo import paths
 from zoo.convert import bert as bert_convert
 from zoo.convert import gpt2 as gpt2_convert
 from zoo.convert import tf_checkpoint
+from zoo.convert.hf_files import (CONFIG_FILE, GOOGLE_CONFIG_FILE, SAFETENSORS_FILE,
+                                  SUPPORTED_ARCHITECTURES, TF_FILES, TOKENIZER_CONFIG_FILE,
+                                  TOKENIZER_FILE, TORCH_FILE, VOCAB_FILE, WEIGHTS_FILES,
+                                  bert_head_of)
+from zoo.convert.hf_save import save_pretrained
 from zoo.data.tokenizers import gpt2_bpe
 from zoo.data.tokenizers.wordpiece import CONTINUATION, WordPieceTokenizer
 from zoo.errors import DataError, MissingFileError, UserError
-from zoo.convert.hf_files import (CONFIG_FILE, GOOGLE_CONFIG_FILE, SAFETENSORS_FILE,
-                          SUPPORTED_ARCHITECTURES, TF_FILES, TOKENIZER_CONFIG_FILE,
-                          TOKENIZER_FILE, TORCH_FILE, VOCAB_FILE, WEIGHTS_FILES, bert_head_of)
-from zoo.convert.hf_save import save_pretrained
 from zoo.models import bert, gpt
 
-# save_pretrained (zoo.convert.hf_save) and the directory's names (zoo.convert.hf_files) are importable from here,
+# save_pretrained (hf_save.py) and the directory's names (hf_files.py) are importable from here,
 # their documented path.
 __all__ = ["CONFIG_FILE", "GOOGLE_CONFIG_FILE", "SAFETENSORS_FILE", "SUPPORTED_ARCHITECTURES",
            "TOKENIZER_CONFIG_FILE", "TOKENIZER_FILE", "TORCH_FILE", "VOCAB_FILE",

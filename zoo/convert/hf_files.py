@@ -1,6 +1,6 @@
-"""What a Hugging Face directory holds, as zoo reads (zoo.convert.hf) and writes (zoo.convert.hf_save) it: the
-architectures zoo supports, the files' names, and the tied copies HF leaves out of saved
-weights. zoo.convert.hf re-exports the public names here.
+"""What a Hugging Face directory holds, as zoo reads (zoo.convert.hf) and writes
+(zoo.convert.hf_save) it: the architectures zoo supports, the files' names, and the tied copies HF
+leaves out of saved weights. zoo.convert.hf re-exports the public names here.
 """
 
 from collections.abc import Mapping

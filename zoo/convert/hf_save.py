@@ -1,6 +1,6 @@
 """`save_pretrained`: a zoo BERT or GPT model written as a Hugging Face directory that
-transformers' `from_pretrained` (and zoo.convert.hf.load_pretrained) reads, appearing whole or not at
-all, locally or on gs://. zoo.convert.hf re-exports it (its documented path).
+transformers' `from_pretrained` (and zoo.convert.hf.load_pretrained) reads, appearing whole or not
+at all, locally or on gs://. zoo.convert.hf re-exports it (its documented path).
 """
 
 import json
@@ -19,10 +19,10 @@ from safetensors import numpy as safetensors_numpy
 from zoo import paths
 from zoo.convert import bert as bert_convert
 from zoo.convert import gpt2 as gpt2_convert
-from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 from zoo.convert.hf_files import (BERT_ARCHITECTURE, CONFIG_FILE, SAFETENSORS_FILE,
-                          SUPPORTED_ARCHITECTURES, TIED_COPIES, TOKENIZER_CONFIG_FILE, VOCAB_FILE,
-                          bert_head_of)
+                                  SUPPORTED_ARCHITECTURES, TIED_COPIES, TOKENIZER_CONFIG_FILE,
+                                  VOCAB_FILE, bert_head_of)
+from zoo.data.tokenizers.wordpiece import WordPieceTokenizer
 from zoo.models import bert, gpt
 
 
