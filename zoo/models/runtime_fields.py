@@ -5,6 +5,8 @@ converters and fine-tuning tasks take RUN_CHOICES from the run's config.model ra
 checkpoint."""
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -32,3 +34,9 @@ RUNTIME_FIELDS = tuple(field.name for field in dataclasses.fields(RuntimeFields)
 # What a run chooses and a checkpoint leaves open: the runtime fields and the dropout rates
 # (each model keeps its own dropout defaults, so they are not RuntimeFields).
 RUN_CHOICES = ("dropout_rate", "attention_dropout_rate") + RUNTIME_FIELDS
+
+
+def run_choices(model_config: Mapping[str, Any]) -> dict[str, Any]:
+    """The RUN_CHOICES a run's config.model sets (as a mapping), to hand a converter's
+    config_from_hf beside a checkpoint's own config."""
+    return {key: model_config[key] for key in RUN_CHOICES if key in model_config}

@@ -14,7 +14,7 @@ from zoo.convert import bert as bert_convert
 from zoo.data.tokenizers import base as tokenizers
 from zoo.errors import ConfigError, DataError, MissingFileError
 from zoo.models import bert
-from zoo.models.runtime_fields import RUN_CHOICES
+from zoo.models.runtime_fields import run_choices
 
 PRETRAINED_CONFIG_FILES = ("config.json", "bert_config.json")
 
@@ -86,8 +86,7 @@ def encoder_config(config: ml_collections.ConfigDict, vocab_size: int) -> bert.B
     name = next(f for f in PRETRAINED_CONFIG_FILES if (paths.as_path(directory) / f).is_file())
     path = paths.join(directory, name)
     hf_config = read_pretrained_config(path)
-    result = bert_convert.config_from_hf(
-        hf_config, **{k: model_kw[k] for k in RUN_CHOICES if k in model_kw})
+    result = bert_convert.config_from_hf(hf_config, **run_choices(model_kw))
     if result.vocab_size != vocab_size:
         raise ConfigError(
             f"{path}: vocab_size {result.vocab_size} differs from the tokenizer's {vocab_size}; "

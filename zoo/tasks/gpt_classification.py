@@ -41,7 +41,7 @@ from zoo.data.readers import classification, data_source, multiple_choice
 from zoo.data.tokenizers import base as tokenizers
 from zoo.errors import ConfigError, DataError
 from zoo.models import gpt, gpt_classifier
-from zoo.models.runtime_fields import RUN_CHOICES
+from zoo.models.runtime_fields import run_choices
 from zoo.tasks import bert_encoder
 from zoo.tasks.base import Batch, FineTuning, Task
 from zoo.tasks.classifier_scoring import ClassifierScoring
@@ -211,7 +211,7 @@ class GPTClassificationTask(ClassifierScoring, Task, FineTuning):
         config, data = self.config, self.config.data
         init_from = config.train.get("init_from", "")
         model_kw = {k: v for k, v in config.model.to_dict().items() if k != "size"}
-        runtime = {k: model_kw[k] for k in RUN_CHOICES if k in model_kw}
+        runtime = run_choices(model_kw)
         if init_from and (paths.as_path(init_from) / "bert_config.json").is_file():
             raise ConfigError(
                 f"config.train.init_from={init_from!r} is not a checkpoint of this model: it is a "
