@@ -21,12 +21,9 @@ from zoo.contract import (Baselines, FineTuning, Measured, Predicting, Sampling,
 from zoo.data.pipelines import batching
 
 __all__ = ["Baselines", "Batch", "FineTuning", "Measured", "Predicting", "Sampling", "Scored",
-           "Task", "data_cache_dir", "write_once"]
+           "Task", "data_cache_dir"]
 
 Batch = dict[str, np.ndarray]
-# Moved to zoo.paths (zoo.data's synthetic caches use it, and zoo.data never imports zoo.tasks);
-# still importable from here for tasks written against it.
-write_once = paths.write_once
 
 
 def data_cache_dir(config: ml_collections.ConfigDict, workdir: str) -> str:
