@@ -78,8 +78,8 @@ _LONG_MODULES = (
 
 
 def pytest_configure(config):
-    """The fast tier (the default `-m 'not acceptance'`, and any selection of it) generates
-    machine code the cheap way: LLVM at -O0, and XLA's older elemental emitters instead of its
+    """The fast and slow tiers (the default `-m 'not acceptance and not slow'`, `-m slow`, and
+    any selection that leaves the acceptance tier out) generate machine code the cheap way: LLVM at -O0, and XLA's older elemental emitters instead of its
     MLIR fusion emitters. XLA's own optimisations (fusion, layouts, SPMD partitioning) are
     unchanged; only code generation is cheaper. Its tests compile many tiny programs and run
     each for a few steps, so compiling dominates. Measured on the 2-core box: the whole tier
@@ -93,10 +93,17 @@ def pytest_configure(config):
     module touches a device: jax reads XLA_FLAGS when its CPU backend starts. (Both are flags
     of the locked jaxlib; XLA rejects an unknown flag at start-up, so a jax upgrade shows at
     once if one goes.)"""
-    if "notacceptance" in config.option.markexpr.replace(" ", ""):
+    if not _selects_acceptance(config.option.markexpr):
         for flag in ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"):
             if flag.split("=")[0] not in os.environ["XLA_FLAGS"]:  # a flag set outside wins
                 os.environ["XLA_FLAGS"] += " " + flag
+
+
+def _selects_acceptance(markexpr: str) -> bool:
+    """Whether `-m markexpr` may select acceptance tests: `-m ""` (every tier) and any
+    expression naming the marker other than as `not acceptance`."""
+    expr = markexpr.replace(" ", "")
+    return not expr or ("acceptance" in expr and "notacceptance" not in expr)
 
 
 def _compares_floats(test) -> bool:

@@ -181,6 +181,7 @@ def test_a_missing_object_is_not_retried(gcs_knobs, gcs_bucket, fast_retries):
     assert len(gcs_knobs.requests(mark)) == 1
 
 
+@pytest.mark.slow
 def test_a_bucket_that_never_answers_is_given_up_within_the_budget(gcs_knobs, gcs_bucket,
                                                                    fast_retries, monkeypatch):
     """Before, gcsfs sent requests with no timeout: a read of an endpoint that takes the
@@ -211,6 +212,7 @@ def test_a_bucket_that_never_answers_is_given_up_within_the_budget(gcs_knobs, gc
     gcsfs.GCSFileSystem.clear_instance_cache()  # the next test's instances: the default again
 
 
+@pytest.mark.slow
 def test_the_job_config_bounds_requests_and_operations(gcs_knobs, gcs_bucket, fast_retries):
     """config.train.storage (zoo.paths.configure, which every job calls before its first
     request): before, the bounds were an environment variable and a constant."""
@@ -268,6 +270,7 @@ except Exception as e:
 """
 
 
+@pytest.mark.slow
 def test_a_tensorstore_read_of_a_silent_bucket_is_given_up(gcs_knobs, gcs_bucket):
     """Before, tensorstore's requests had no timeout (a read of an endpoint that never answers
     waited forever: this test's 120 s), and 32 retries waiting up to 32 s each."""

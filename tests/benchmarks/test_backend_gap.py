@@ -10,6 +10,7 @@ import pytest
 from benchmarks import backend_gap
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("size", ["tiny", "mini"])
 def test_the_minimal_bert_does_zoos_work(size):
     sides = backend_gap.jax_sides(size, backend_gap.inputs(backend_gap.SIZES[size][3]))
@@ -22,6 +23,7 @@ def test_the_minimal_bert_does_zoos_work(size):
         assert minimal == pytest.approx(zoo, rel=0.03), flops
 
 
+@pytest.mark.slow
 def test_a_run_writes_its_report(tmp_path, monkeypatch):
     monkeypatch.setattr(backend_gap, "SIZES", {"tiny": (1, 2, 32, 64)})
     assert backend_gap.main(["--sizes", "tiny", "--repeats", "1", "--out", str(tmp_path)]) == 0

@@ -22,6 +22,7 @@ def _quick(out, stages: str, timeout: int, *extra: str) -> subprocess.CompletedP
     return done
 
 
+@pytest.mark.slow
 def test_quick_run_writes_results_and_ratios_of_its_printed_numbers(tmp_path):
     # Two stages (one on disk, one in memory), 0 and 1 workers: a few seconds.
     done = _quick(tmp_path, "pretraining_dynamic,squad", 120)
@@ -84,6 +85,7 @@ def test_tokenize_stage_times_zoo_beside_hugging_face_on_the_same_ids(tmp_path):
     assert "## Tokenizing" in table and "Hugging Face's ids equal zoo's: yes" in table
 
 
+@pytest.mark.slow
 def test_bucket_stage_reads_each_hosts_share_in_place_and_counts_it_from_the_log(tmp_path):
     # A tiny directory, 30 ms per request, 1 and 4 simulated hosts: ~15 s.
     _quick(tmp_path, "bucket", 180)

@@ -105,6 +105,7 @@ def _zoo_seq2seq(attention, vocab=40):
     return cfg, model, params
 
 
+@pytest.mark.slow
 def test_transformer_peer_is_zoos_model_same_logits_and_cross_attention():
     cfg, model, params = _zoo_transformer()
     peer = qt.torch_transformer(cfg, seed=0)
@@ -263,6 +264,7 @@ def test_loss_and_batches_agree_between_the_sides(tmp_path):
         np.testing.assert_array_equal(joined, rows[key])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", ["transformer", "rnn-general"])
 def test_same_start_same_batches_same_training(tmp_path, model):
     """The recipe is the same on both sides: from zoo's initial parameters copied into the peer

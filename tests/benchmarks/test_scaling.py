@@ -217,6 +217,7 @@ def test_cli_rejects_heads_that_do_not_divide_d(capsys):
     assert "--heads 4 does not divide d=[10]" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_cli_end_to_end_writes_every_output(tmp_path):
     summary = scaling.main(["--n", "8", "16", "--d", "8", "--heads", "2", "--repeats", "1",
                             "--models", "attention_einsum", "rnn", "--length-d", "8",
@@ -290,6 +291,7 @@ def test_crossover_against_the_fastest_rnn_takes_the_faster_at_each_n():
     assert summary["crossover_status"]["8"]["lstm"] == "not within the sweep"
 
 
+@pytest.mark.slow
 def test_length_search_runs_each_path_until_memory_or_time_stops_it(monkeypatch):
     """Real runs at tiny width: einsum's buffers outgrow a (faked) 150 MiB machine at n=4096
     while blockwise, O(n), runs on until the time limit or --length-max-n."""

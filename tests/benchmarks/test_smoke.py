@@ -26,6 +26,7 @@ def test_on_a_cpu_it_skips_with_one_line_and_writes_nothing(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 def test_tiny_stages_run_for_real_and_the_report_reads_their_results(tmp_path):
     code = smoke.main(["--allow-cpu", "--tiny", "--stages", "attention", "gpt",
                        "--out", str(tmp_path)])

@@ -147,11 +147,13 @@ def _micro_run_writes_every_output(tmp_path, model: str, lstm: bool):
 
 # Classes, so pytest-xdist's loadscope may give the two compile-heavy runs different workers.
 class TestBertRun:
+    @pytest.mark.slow
     def test_micro_run_writes_every_output(self, tmp_path):
         _micro_run_writes_every_output(tmp_path, "bert", lstm=True)
 
 
 class TestGptRun:
+    @pytest.mark.slow
     def test_micro_run_writes_every_output(self, tmp_path):
         _micro_run_writes_every_output(tmp_path, "gpt", lstm=False)
 
@@ -218,6 +220,7 @@ def test_lstm_sides_are_timed_in_turns():
     assert t["ours"]["repeats"] == 3 and t["theirs"]["min_s"] <= t["theirs"]["median_s"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model,vocab", [("bert", 2048), ("gpt", 1024)])
 def test_hf_peer_is_our_model(model, vocab):
     """Same parameter count, and with our weights copied in, the same loss on the same batch:
@@ -272,6 +275,7 @@ def _hf_flax_python() -> str:
     return python
 
 
+@pytest.mark.slow
 def test_hf_flax_peer_has_our_parameters_and_is_timed_in_turns():
     python = _hf_flax_python()
     config = step.job_config("gpt", "tiny", 16, 2, "float32")

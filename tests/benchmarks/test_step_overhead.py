@@ -4,10 +4,13 @@ bits one rng-bit-generator op, no dropout neither)."""
 
 import json
 
+import pytest
+
 from benchmarks import step_overhead
 from tests.libtpu import needs_libtpu
 
 
+@pytest.mark.slow
 def test_a_cpu_run_times_every_program_and_writes_its_report(tmp_path):
     argv = ["--no-tpu", "--models", "gpt", "--sizes", "tiny", "--seq-lens", "32",
             "--rounds", "1", "--out", str(tmp_path)]

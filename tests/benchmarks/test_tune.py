@@ -15,6 +15,7 @@ def _rows(path):
     return [json.loads(line) for line in open(path)]
 
 
+@pytest.mark.slow
 def test_the_sweep_doubles_the_batch_then_tries_each_knob_once(tmp_path):
     argv = ["--models", "bert", "--tiny", "--allow-cpu", "--steps", "1", "--max-doublings", "1",
             "--out", str(tmp_path)]
@@ -37,6 +38,7 @@ def test_the_sweep_doubles_the_batch_then_tries_each_knob_once(tmp_path):
     assert "## bert" in report and "Best: batch" in report and "HF PyTorch at batch" in report
 
 
+@pytest.mark.slow
 def test_a_failing_or_oversized_trial_is_a_row_and_the_budget_skips(tmp_path, monkeypatch):
     real_build = tune.build
 

@@ -166,6 +166,7 @@ def saved_by_two(_saved_once, tmp_path):
     return workdir
 
 
+@pytest.mark.slow
 def test_one_process_failing_a_restore_stops_both_with_its_traceback(saved_by_two):
     before = file_tree(saved_by_two)
     (code0, out0), (code1, out1) = _job("restore", saved_by_two, fault="raise:1")
@@ -178,6 +179,7 @@ def test_one_process_failing_a_restore_stops_both_with_its_traceback(saved_by_tw
     assert file_tree(saved_by_two) == before
 
 
+@pytest.mark.slow
 def test_a_file_damaged_for_one_process_only_sends_both_back(saved_by_two):
     (code0, out0), (code1, out1) = _job("restore", saved_by_two, fault="damaged:1")
     assert code0 == 0 and code1 == 0, (out0[-3000:], out1[-3000:])
@@ -188,6 +190,7 @@ def test_a_file_damaged_for_one_process_only_sends_both_back(saved_by_two):
     assert sorted(os.listdir(os.path.join(saved_by_two, "checkpoints"))) == ["2"]
 
 
+@pytest.mark.slow
 def test_init_from_damage_seen_by_one_process_stops_both_naming_it(saved_by_two):
     """restore_params (config.train.init_from) on two processes, one of which reads a damaged
     params file: both stop within seconds, the other naming it. Before: init_from read through
@@ -250,6 +253,7 @@ def test_restore_params_names_a_missing_file_and_what_to_do(tmp_path, missing):
     assert "point init_from at the workdir of a finished run" in message
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_one_process_restore_stops_both(saved_by_two):
     # Before: the interrupted process left the restore at once, and the other waited in the
     # verdict gather for it (past DECIDED_WITHIN_S).
@@ -308,6 +312,7 @@ def _upload(local, bucket):
     return f"{bucket}/{local.name}"
 
 
+@pytest.mark.slow
 def test_init_from_a_bucket_is_read_once_by_process_0_and_broadcast(gcs_knobs, gcs_bucket,
                                                                     tmp_path):
     """Both processes start from the same params as a local load, and the bucket serves the
@@ -328,6 +333,7 @@ def test_init_from_a_bucket_is_read_once_by_process_0_and_broadcast(gcs_knobs, g
     assert "tf_model.h5" not in served and "flax_model.msgpack" not in served, served
 
 
+@pytest.mark.slow
 def test_init_from_that_process_0_cannot_read_stops_both_naming_it(gcs_bucket, tmp_path):
     """Weights of another hidden size: process 0 (the one reader) finds them wrong, and
     process 1 stops at once with its reason rather than waiting in the broadcast."""

@@ -242,6 +242,7 @@ def rnn_workdirs(tmp_path_factory):
 # in-process against the model's own softmax (tests/eval/test_attention_maps.py).
 @pytest.mark.parametrize("attention", [
     a if a == "general" else pytest.param(a, marks=pytest.mark.acceptance) for a in ATTENTIONS])
+@pytest.mark.slow
 def test_command_on_a_trained_rnn_seq2seq_workdir(attention, rnn_workdirs, monkeypatch, capsys):
     workdir, flags = rnn_workdirs(attention)
     capsys.readouterr()  # the training log
@@ -270,6 +271,7 @@ def test_command_on_a_trained_rnn_seq2seq_workdir(attention, rnn_workdirs, monke
     assert out[0] == f"translation: {tokenizer.decode(ids)}"
 
 
+@pytest.mark.slow
 def test_command_on_a_transformer_translation_workdir_end_to_end(tmp_path):
     """As a user runs it, in a process of its own: the greedy translation, then the three PNGs."""
     data = dict(synthetic_pairs=200, batch_size=8, eval_batch_size=32,
@@ -292,6 +294,7 @@ def test_command_on_a_transformer_translation_workdir_end_to_end(tmp_path):
         "cross-attention (decoder query -> source key)"]
 
 
+@pytest.mark.slow
 def test_command_on_a_gpt_classifier_workdir(tmp_path, monkeypatch, capsys):
     data = dict(synthetic_entities=60, seq_len=32, batch_size=8, eval_batch_size=32,
                 vocab_size=128)

@@ -221,6 +221,7 @@ def commands(tmp_path_factory, gcs):
      r"^error: --workdir=gs://zoo-\w+/run: cannot connect to 127\.0\.0\.1:\d+ for Google "
      r"Cloud Storage \(.*\); is the emulator running\? \(STORAGE_EMULATOR_HOST is set\)$"),
 ])
+@pytest.mark.slow
 def test_a_user_error_is_one_message_on_the_command_line(commands, case, message):
     returncode, stderr, _ = commands[case]
     assert returncode == 1, stderr[-3000:]

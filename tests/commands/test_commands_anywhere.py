@@ -73,6 +73,7 @@ def test_every_command_is_covered():
     assert {n for n in _commands() if not _takes_config(n)} == {"corpus"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(n for n in _commands() if _takes_config(n)))
 def test_a_command_loads_its_config_from_another_directory(runs_elsewhere, name):
     returncode, stderr = runs_elsewhere[name]

@@ -17,6 +17,7 @@ def _pipeline(tiny_lm_config):
     return config
 
 
+@pytest.mark.slow
 def test_stages_chain_share_the_cache_and_draw_curves(tiny_lm_config, tmp_path, capsys):
     results = stages.train(_pipeline(tiny_lm_config), str(tmp_path))
     out = capsys.readouterr().out
@@ -30,6 +31,7 @@ def test_stages_chain_share_the_cache_and_draw_curves(tiny_lm_config, tmp_path, 
     assert len(list((tmp_path / "data").glob("spm-*.model"))) == 1
 
 
+@pytest.mark.slow
 def test_a_preempted_stage_stops_the_pipeline(tiny_lm_config, tmp_path, monkeypatch, capsys):
     real_run = jobs.train
 

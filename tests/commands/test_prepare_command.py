@@ -42,6 +42,7 @@ def _tree(root):
                   for d, _, files in os.walk(root) for f in files)
 
 
+@pytest.mark.slow
 def test_prepare_then_train_reads_it(tmp_path, text_corpus):
     prepared = str(tmp_path / "prepared")
     args = [*SMALL, *text_corpus, f"--config.data.prepared_dir={prepared}"]
@@ -65,6 +66,7 @@ def test_prepare_then_train_reads_it(tmp_path, text_corpus):
             and "Traceback" not in proc.stderr)
 
 
+@pytest.mark.slow
 def test_two_processes_prepare_what_one_does(tmp_path, text_corpus):
     args = [*SMALL, *text_corpus]
     one = str(tmp_path / "one")
@@ -87,6 +89,7 @@ def test_two_processes_prepare_what_one_does(tmp_path, text_corpus):
     assert not mismatch and not errors
 
 
+@pytest.mark.slow
 def test_the_command_refuses_other_jobs(tmp_path):
     proc = _run("-m", "zoo.commands.prepare", "--config=configs/gpt.py:size=tiny",
                 f"--workdir={tmp_path}")
@@ -94,6 +97,7 @@ def test_the_command_refuses_other_jobs(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_squad_features_prepared_once_equal_the_jobs_own(tmp_path):
     from configs import squad as squad_config
     from zoo.errors import ConfigError

@@ -164,6 +164,7 @@ def test_train_py_without_the_corpus_prints_one_line_and_exits_1(tmp_path):
             in lines[0])
 
 
+@pytest.mark.slow
 def test_shakespeare_char_gpt_trains_on_a_fixture_and_samples(corpus_dir, tmp_path):
     config = gpt.get_config(f"corpus=shakespeare,corpus_dir={corpus_dir}")
     config.model.update(num_layers=2, num_heads=2, embed_dim=32, mlp_dim=64)
@@ -192,6 +193,7 @@ def test_shakespeare_char_gpt_trains_on_a_fixture_and_samples(corpus_dir, tmp_pa
     assert len(samples) >= 2 and all(s.strip().startswith("FIRST") for s in samples[:1])
 
 
+@pytest.mark.slow
 def test_spam_classifier_trains_on_a_fixture(corpus_dir, tmp_path):
     config = classify.get_config(f"corpus=spam_assassin,corpus_dir={corpus_dir}")
     config.data.update(vocab_size=200, seq_len=32, batch_size=8, eval_batch_size=16,
@@ -203,6 +205,7 @@ def test_spam_classifier_trains_on_a_fixture(corpus_dir, tmp_path):
     assert summary["accuracy"] >= 75.0  # the fixture's spam shouts: an easy split
 
 
+@pytest.mark.slow
 def test_elmo_features_of_brown_classify_a_fixture(corpus_dir, tmp_path):
     """configs/elmo.py:corpus=brown, then feature_classify.py:corpus=spam_assassin on its
     features: the classifier rebuilds the biLM's vocabulary from the same Brown file."""

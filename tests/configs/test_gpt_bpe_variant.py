@@ -58,6 +58,7 @@ def test_documents_carry_the_tokenizers_own_endoftext(corpus_dir):
     assert ids == [eot] + tokenizer.encode("Speak, speak.") + tokenizer.encode(" You are") + [eot]
 
 
+@pytest.mark.slow
 def test_gpt_trains_on_gpt2_tokens_and_samples_until_endoftext(corpus_dir, tmp_path):
     config = gpt.get_config(f"corpus=shakespeare,tokenizer=gpt2,corpus_dir={corpus_dir}")
     config.model.update(num_layers=1, num_heads=2, embed_dim=32, mlp_dim=64)

@@ -360,6 +360,7 @@ def test_top_k_and_top_p_sample_the_renormalised_kept_set(kw, kept):
 # Prompts, EOS, compilation, scanned layers
 
 
+@pytest.mark.slow
 def test_each_row_decodes_as_if_alone(params, decoder):
     batched = [decoding.greedy(decoder, PROMPTS, LENGTHS, max_len=T),
                decoding.beam_search(decoder, PROMPTS, LENGTHS, beam_size=2, max_len=T)]

@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from tests.process_env import process_env
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -33,6 +35,7 @@ def test_the_guide_writes_a_model_task_config_and_test():
                                    "configs/bigram.py", "tests/tasks/test_bigram.py", "commands"}
 
 
+@pytest.mark.slow
 def test_following_the_guide_trains_the_new_model(tmp_path):
     copy = tmp_path / "repo"
     for name in COPIED:

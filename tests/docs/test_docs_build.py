@@ -36,6 +36,7 @@ def built(tmp_path_factory):
     return run, out
 
 
+@pytest.mark.slow
 def test_the_docs_build_without_a_warning(built):
     run, out = built
     assert run.returncode == 0 and not run.stderr.strip(), run.stderr[-5000:]

@@ -55,7 +55,8 @@ def test_the_docs_keep_the_readmes_former_facts():
     assert len(named) >= 15 and all((ROOT / path).exists() for path in named), named
     # The test tiers: the commands .ci/run runs.
     ci = (ROOT / ".ci/run").read_text(encoding="utf-8")
-    for command in ("python -m pytest -n 2 -m acceptance", "-m \"numerics and not acceptance\""):
+    for command in ("python -m pytest -n 2 -m acceptance", "-m \"numerics and not acceptance\"",
+                    "python -m pytest -n 2 -m \"slow and not acceptance\""):
         assert command in ci and command in page["development/testing.md"]
     # The sharding rules: the table is generated from the code, the summary holds to it.
     from zoo.train.partitioning import DEFAULT_RULES

@@ -191,6 +191,7 @@ def cli_results(runs, tmp_path_factory):
     return results
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(_CLI_CASES))
 def test_config_typo_is_one_clear_error_on_the_command_line(cli_results, case):
     returncode, stderr, before, after = cli_results[case]

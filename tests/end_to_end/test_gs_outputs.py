@@ -42,6 +42,7 @@ def cwd(tmp_path, monkeypatch):
     return here
 
 
+@pytest.mark.slow
 def test_lm_commands_write_into_the_bucket(gcs, gcs_bucket, cwd, tiny_lm_config,
                                            tmp_path_factory, capsys):
     """train, eval, attention_maps (its default --out under the workdir), curves and
@@ -93,6 +94,7 @@ def test_lm_commands_write_into_the_bucket(gcs, gcs_bucket, cwd, tiny_lm_config,
     _no_local_gs(cwd, tmp_path_factory.getbasetemp(), ROOT)
 
 
+@pytest.mark.slow
 def test_word2vec_export_writes_into_the_bucket(gcs, gcs_bucket, cwd, tmp_path_factory):
     from zoo import tasks
     from zoo.commands import jobs, word2vec_query

@@ -227,6 +227,7 @@ def translation(spm):
     return model, params
 
 
+@pytest.mark.slow
 def test_translation_maps_with_a_target(translation, spm):
     model, params = translation
     source, target = "一加三", "one plus three equals four"

@@ -38,6 +38,7 @@ def _bert(backend, window=0):
                            attention_window=window)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window", [0, 5])
 def test_bert_blockwise_equals_einsum_outputs_and_gradients(window):
     types = np.zeros_like(IDS)
@@ -113,6 +114,7 @@ def test_windowed_gpt_decodes_through_its_cache_as_its_full_forward():
     assert not np.allclose(np.asarray(unwindowed[:, -1]), np.asarray(full[:, -1]), atol=1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("window", [0, 3])
 def test_transformer_blockwise_equals_einsum(window):
     def config(backend):

@@ -73,6 +73,7 @@ def _module(case, **kw):
     return MultiHeadAttention(num_heads=H, **kw)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["self", "cross"])
 def test_matches_float64_reference_both_backends_and_jit(case):
     xq, xkv, mask, bias = _self_case() if case == "self" else _cross_case()

@@ -60,6 +60,7 @@ SPLASH_SEGMENTS = np.array([[1] * 100 + [2] * 120 + [0] * 36], np.int32)
     MaskSpec.self_attention(SPLASH_SEGMENTS, causal=True, packed=True),
     MaskSpec.self_attention(SPLASH_SEGMENTS != 0, window=(40, 17)),
 ], ids=["packed_causal", "window_both_sides"])
+@pytest.mark.slow
 def test_splash_attention_in_interpret_mode(spec):
     q, k, v, d_out = _case(1, 256, 256)
     fn = lambda q, k, v: kernels.splash_attention(q, k, v, spec=spec, block_q=128,  # noqa

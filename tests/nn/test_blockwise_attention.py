@@ -70,6 +70,7 @@ BLOCK_CASES = [(name, (8, 8)) for name in SPECS] + [
 
 @pytest.mark.parametrize("name, blocks", BLOCK_CASES,
                          ids=[f"{name}-{q}x{k}" for name, (q, k) in BLOCK_CASES])
+@pytest.mark.slow
 def test_outputs_and_gradients_equal_float64_reference(name, blocks):
     q, k, v, d_out = _case(seed=len(name))
     bias = np.random.default_rng(7).normal(size=(1, 3, 37, 37)).astype(np.float32)

@@ -74,6 +74,7 @@ def _attention_loop_collectives(text):
     return [c for c in collectives(text) if c.inside("attention")]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("data, tensor", [(8, 1), (4, 2)])
 @pytest.mark.parametrize("scan_layers", [False, True])
 def test_no_collective_inside_the_attention_loops_of_a_sharded_step(data, tensor, scan_layers):
@@ -121,6 +122,7 @@ def _on_mesh(mesh, step, q, k, v, bias, d_out, spec, rng, rules=partitioning.DEF
         return step(*args), step.lower(*args).compile().as_text()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("data, tensor", [(8, 1), (4, 2)])
 def test_bare_function_sharded_equals_one_device_with_mask_bias_and_dropout(data, tensor):
     """Packed documents and padded rows, a dense mask per row (broadcast over heads), a bias
@@ -147,6 +149,7 @@ def test_bare_function_sharded_equals_one_device_with_mask_bias_and_dropout(data
     assert not looped, [(c.kind, c.op_name) for c in looped]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("data, tensor", [(8, 1), (4, 2)])
 def test_sharded_encoder_step_equals_one_device(data, tensor):
     """The 2-layer encoder's loss and gradients (params and inputs) on the mesh == one

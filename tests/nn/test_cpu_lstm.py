@@ -78,6 +78,7 @@ def _grads(backend, reverse, lengths, params, x, carry0, out_weights, dtype):
         cast(params), cast(x), cast(carry0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch,steps,features,hidden,lengths,reverse", CASES)
 def test_outputs_and_gradients_equal_float64_references(batch, steps, features, hidden, lengths,
                                                         reverse):
@@ -210,6 +211,7 @@ def test_an_unwritable_cache_says_which_variable_to_set(monkeypatch, tmp_path, k
         build.compiled("lstm_cpu.cc")
 
 
+@pytest.mark.slow
 def test_the_library_is_built_once_per_source_and_cpu(monkeypatch, kernel_cache):
     build.compiled("lstm_cpu.cc")
     (library,) = kernel_cache.iterdir()

@@ -92,6 +92,7 @@ GRAD_CASES = [  # (variant, reverse, lengths): every cell, both directions, padd
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant,reverse,lengths", GRAD_CASES)
 def test_custom_vjp_equals_autodiff_of_the_plain_scan_in_float64(variant, reverse, lengths):
     with jax.enable_x64(True):

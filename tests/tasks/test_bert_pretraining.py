@@ -40,6 +40,7 @@ def phase1(tmp_path_factory):
     return root, workdir, cache, proc.stdout
 
 
+@pytest.mark.slow
 def test_phase1_prints_progress_and_reports_mlm_and_nsp(phase1):
     _, workdir, _, stdout = phase1
     assert "tok/s" in stdout and f"step {PHASE1_STEPS:>6}/{PHASE1_STEPS}" in stdout
@@ -48,6 +49,7 @@ def test_phase1_prints_progress_and_reports_mlm_and_nsp(phase1):
         assert 0.0 <= summary[key] <= 1.0, key
 
 
+@pytest.mark.slow
 def test_eval_reports_mlm_and_nsp_accuracy(phase1):
     _, workdir, cache, _ = phase1
     proc = _run("eval.py", "--config=configs/bert_pretrain.py:size=tiny", f"--workdir={workdir}",
@@ -60,6 +62,7 @@ def test_eval_reports_mlm_and_nsp_accuracy(phase1):
     assert "mlm_accuracy" in proc.stdout and "nsp_accuracy" in proc.stdout
 
 
+@pytest.mark.slow
 def test_phase2_starts_from_phase1_params_and_reuses_the_prepared_data(phase1):
     root, workdir, cache, _ = phase1
     before = set(os.listdir(cache))
@@ -80,6 +83,7 @@ def test_phase2_starts_from_phase1_params_and_reuses_the_prepared_data(phase1):
     assert set(os.listdir(cache)) == before | added
 
 
+@pytest.mark.slow
 def test_dry_run_of_bert_base_on_a_pod_sized_mesh(tmp_path):
     proc = _run("train.py", "--config=configs/bert_pretrain.py:size=base,phase=1,optimizer=lamb",
                 f"--workdir={tmp_path}", "--config.train.dry_run=True", "--config.mesh.fsdp=4",

@@ -81,6 +81,7 @@ def run(tmp_path_factory):
     return root, path, vocab, proc.stdout
 
 
+@pytest.mark.slow
 def test_the_vocabulary_covers_the_corpus_with_split_words(run):
     _, path, vocab, _ = run
     lines = open(path, encoding="utf-8").read().splitlines()
@@ -145,6 +146,7 @@ def test_training_finishes_and_eval_reproduces_the_summary(run):
     ([], "is empty"),
     (["[UNK]", "[PAD]", "[CLS]", "[SEP]", "[MASK]", "the"], "[PAD]"),
 ], ids=["no-mask", "empty", "pad-not-first"])
+@pytest.mark.slow
 def test_a_broken_vocab_txt_is_one_error_naming_the_file(tmp_path, lines, message):
     path = _write(tmp_path / "vocab.txt", lines)
     proc = _run("train.py", *_args(tmp_path, path), check=False)

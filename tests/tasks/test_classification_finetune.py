@@ -46,6 +46,7 @@ def _train_losses(workdir):
     return np.array([r["loss"] for r in records if r["split"] == "train"])
 
 
+@pytest.mark.slow
 def test_strategies_train_exactly_what_they_claim(tiny_pretrained_bert):
     results = {}
     for strategy in ("full", "frozen", "features"):
@@ -64,6 +65,7 @@ def test_strategies_train_exactly_what_they_claim(tiny_pretrained_bert):
         assert not _leaves_equal(results[strategy]["classifier"], initial["classifier"])
 
 
+@pytest.mark.slow
 def test_feature_extraction_equals_the_frozen_encoder(tiny_pretrained_bert):
     # Without dropout the two strategies compute the same function with the same data order:
     # extracting features once must not change a single loss or parameter.
@@ -80,6 +82,7 @@ def test_feature_extraction_equals_the_frozen_encoder(tiny_pretrained_bert):
     assert_close(params["features"], params["frozen"], 1e-4)
 
 
+@pytest.mark.slow
 def test_eval_writes_predictions_and_reproduces_metrics(tiny_pretrained_bert):
     config = _config(tiny_pretrained_bert, "full")
     workdir = tiny_pretrained_bert / "full_eval"

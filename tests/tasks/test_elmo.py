@@ -71,6 +71,7 @@ def _feature_config(kind, pretrained, steps=100):
     return config
 
 
+@pytest.mark.slow
 def test_bilm_loss_falls_and_beats_the_unigram_model(pretrained):
     elmo_dir, _ = pretrained
     train = [r for r in _records(elmo_dir) if r["split"] == "train"]
@@ -81,6 +82,7 @@ def test_bilm_loss_falls_and_beats_the_unigram_model(pretrained):
         assert summary[key] < summary["unigram_perplexity"] / 2, key
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["elmo", "word2vec"])
 def test_frozen_features_classify_and_only_the_head_and_mix_train(pretrained, tmp_path, kind):
     config = _feature_config(kind, pretrained)

@@ -52,6 +52,7 @@ def finetuned(pretrained):
     return workdir, jobs.train(_config(pretrained), str(workdir), devices=ONE_DEVICE)
 
 
+@pytest.mark.slow
 def test_init_from_fills_the_gpt_subtree_with_the_language_model(pretrained):
     setup = jobs.build(_config(pretrained), str(pretrained / "start"), devices=ONE_DEVICE)
     state = init_from.init_params(str(pretrained / "lm"), setup.state, "gpt")
@@ -99,6 +100,7 @@ def test_a_tokenizer_of_another_vocabulary_is_an_error_naming_both_sizes(pretrai
         tasks.get("gpt_classify")(config, str(tmp_path / "run"))
 
 
+@pytest.mark.slow
 def test_fine_tunes_from_a_gpt2_directory_with_its_byte_level_tokenizer(pretrained, tmp_path):
     """An imported GPT-2 (config.json + model.safetensors + vocab.json + merges.txt): the `gpt`
     subtree starts as the directory's weights and the text goes through GPT-2's byte-level

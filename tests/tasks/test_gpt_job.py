@@ -69,6 +69,7 @@ def test_eval_restores_the_checkpoint_and_reproduces_the_final_eval(trained):
     assert result["perplexity"] == pytest.approx(summary["perplexity"], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_config_typo_is_an_error_naming_the_key(tmp_path):
     proc = _run("train.py", "--config=configs/gpt.py", f"--workdir={tmp_path}",
                 "--config.train.stepz=3", check=False)

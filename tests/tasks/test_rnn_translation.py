@@ -35,6 +35,7 @@ def _config(tmp_path, variant="size=tiny,attention=general,cell=gru", steps=30):
     return config
 
 
+@pytest.mark.slow
 def test_train_reports_bleu_and_eval_py_reproduces_it(tmp_path, capsys):
     config = _config(tmp_path)
     workdir = tmp_path / "run"

@@ -82,6 +82,7 @@ def test_carry_decoder_equals_greedy_over_the_full_sequence():
     np.testing.assert_array_equal(prefilled.tokens, expected[:1])
 
 
+@pytest.mark.slow
 def test_loss_falls_and_perplexity_beats_unigram(trained):
     _, workdir, _ = trained
     with open(os.path.join(workdir, "metrics.jsonl")) as f:

@@ -41,6 +41,7 @@ def test_init_from_fills_only_the_encoder(tiny_pretrained_bert):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", ["1.1", "2.0"])
 def test_train_and_eval_write_the_official_files_and_metrics(tiny_pretrained_bert, version):
     workdir = tiny_pretrained_bert / f"squad{version}"

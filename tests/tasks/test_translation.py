@@ -31,6 +31,7 @@ def _config(tmp_path, steps=4, **data):
     return config
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("decode", ["greedy", "beam"])
 def test_train_and_eval_report_bleu_rouge_and_write_hypotheses(tmp_path, decode, capsys):
     config = _config(tmp_path)
@@ -60,6 +61,7 @@ def test_train_and_eval_report_bleu_rouge_and_write_hypotheses(tmp_path, decode,
         assert again["perplexity"] == pytest.approx(summary["perplexity"], rel=1e-6)
 
 
+@pytest.mark.slow
 def test_parallel_files_tsv_and_two_aligned_files(tmp_path):
     splits = synthetic_translation.translation_splits(1, 300, 20, ("+",))
     parallel.write_parallel_tsv(tmp_path / "train.tsv", splits["train"])
@@ -74,6 +76,7 @@ def test_parallel_files_tsv_and_two_aligned_files(tmp_path):
         jobs.train(config, str(tmp_path / "bad"), devices=ONE_DEVICE)
 
 
+@pytest.mark.slow
 def test_tfds_translation_dataset_read_offline(tmp_path):
     tfds = pytest.importorskip("tensorflow_datasets")
     pairs = synthetic_translation.translation_splits(2, 200, 20, ("+",))
@@ -112,6 +115,7 @@ def test_tfds_translation_dataset_read_offline(tmp_path):
         parallel.read_parallel_tfds("zoo_arith", "train", str(tmp_path / "empty"))
 
 
+@pytest.mark.slow
 def test_output_length_is_cut_relative_to_the_source(tmp_path):
     # a * |x| + b tokens at most: with a = 0 and b = 1 every hypothesis is one piece long.
     config = _config(tmp_path, steps=2)

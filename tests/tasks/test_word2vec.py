@@ -64,6 +64,7 @@ def _check_training(workdir, records):
     assert summary["neighbour_purity"] > summary["random_neighbour_purity"] + 0.4
 
 
+@pytest.mark.slow
 def test_skipgram_loss_falls_and_neighbours_recover_the_entity_types(skipgram):
     _, workdir, records = skipgram
     _check_training(workdir, records)

@@ -4,6 +4,7 @@ one-device, in-process proof is tests/train/test_step.py)."""
 
 import jax
 import numpy as np
+import pytest
 
 from tests.numerics import assert_params_close
 from tests.train import loop_steps
@@ -16,6 +17,7 @@ def _train(config, workdir, devices, batches):
     return losses, jax.device_get(state.params)
 
 
+@pytest.mark.slow
 def test_accumulated_steps_on_a_2x2x2_mesh_equal_whole_batches_on_one_device(tiny_lm_config,
                                                                               tmp_path):
     config = tiny_lm_config()

@@ -113,6 +113,7 @@ def _one_step(config, setup, platforms):
     return text, new_state, metrics
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("generator", ("rbg", "unsafe_rbg"))
 def test_the_state_key_stays_threefry_and_a_rerun_draws_the_same_dropout(generator):
     config, _, setup = _tiny_bert(generator)

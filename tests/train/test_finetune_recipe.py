@@ -97,6 +97,7 @@ def test_a_pretrained_directory_gets_the_pretrained_recipe(hf_bert, cache, tmp_p
     assert config.optim.learning_rate is None and config.finetune.recipe == "auto"
 
 
+@pytest.mark.slow
 def test_the_run_logs_the_pretrained_learning_rate(hf_bert, cache, tmp_path, capsys):
     config = _config("squad", hf_bert, cache)
     jobs.train(config, str(tmp_path / "run"), devices=ONE_DEVICE)
@@ -121,6 +122,7 @@ def test_an_explicit_learning_rate_wins_over_the_recipe(hf_bert, cache, tmp_path
     assert _lr_of_second_update(setup) == pytest.approx(1e-4, rel=2e-3)
 
 
+@pytest.mark.slow
 def test_a_zoo_pretraining_run_keeps_the_tiny_recipe(tiny_pretrained_bert, tmp_path, capsys):
     init_from = str(tiny_pretrained_bert / "pretrain")
     config = _config("squad", init_from, tiny_pretrained_bert / "cache")

@@ -90,6 +90,7 @@ def _partitioned_collectives(compile_fn, tmp_path) -> list[tuple[str, str]]:
 
 
 # data=8: every gradient all-reduced; data=4 x fsdp=2: the sharded params' reduce-scattered.
+@pytest.mark.slow
 @pytest.mark.parametrize("fsdp", [1, 2])
 def test_train_step_reduces_gradients_across_devices_in_float32(tmp_path, fsdp):
     mesh, rules = _mesh(8, fsdp), partitioning.DEFAULT_RULES
@@ -146,6 +147,7 @@ def _without_key_biases(grads):
 # differently), which alone moves a bias's gradient (a sum over every token with cancellation)
 # by 2.4e-2 of its scale here (4.8e-2 when the parts were reduced in bf16); 0.1 still catches a
 # part missing from the sum (1/8 of the gradient gone) or a wrong transpose.
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype,tol", [("float32", 1e-5), ("bfloat16", 0.1)])
 def test_gradient_on_8_devices_is_the_one_device_gradient(params, dtype, tol):
     one, keys_one = _without_key_biases(_grads(params, 1, dtype))

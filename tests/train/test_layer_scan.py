@@ -46,6 +46,7 @@ def _gpt(unroll):
                                  scan_unroll=unroll))
 
 
+@pytest.mark.slow
 def test_unrolled_layers_compute_the_loop_over_the_same_parameters():
     tokens = jax.random.randint(jax.random.key(1), (2, 16), 0, 97)
     params = _gpt(1).init(jax.random.key(0), tokens)["params"]

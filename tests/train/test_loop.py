@@ -84,6 +84,7 @@ LAYOUT_CASES = [
 
 @pytest.mark.parametrize("single_device_run,data,fsdp,tensor", LAYOUT_CASES,
                          indirect=["single_device_run"])
+@pytest.mark.slow
 def test_sharded_train_steps_equal_single_device(single_device_run, data, fsdp, tensor):
     config, workdir, batches, params, losses = single_device_run
     config = config.copy_and_resolve_references()
@@ -121,6 +122,7 @@ def _assert_dry_run_matches_compiled_memory(config, workdir, devices, compiled, 
     assert low <= figures["total_bytes_per_device"] / measured <= 1.2, (figures, measured)
 
 
+@pytest.mark.slow
 def test_checkpoint_restores_onto_other_meshes(tiny_lm_config, tmp_path):
     config = tiny_lm_config()
     config.mesh.update(data=2, fsdp=1, tensor=4)
@@ -206,6 +208,7 @@ def _spike_on_marked_batches(monkeypatch, bad):
     monkeypatch.setattr(lm.LanguageModelTask, "loss_fn", loss_fn)
 
 
+@pytest.mark.slow
 def test_loss_spike_guard_skips_a_spike_and_carries_on(tiny_lm_config, tmp_path, monkeypatch):
     config = tiny_lm_config(steps=6)
     config.train.loss_spike.update(factor=3.0, warmup_steps=2)
@@ -217,6 +220,7 @@ def test_loss_spike_guard_skips_a_spike_and_carries_on(tiny_lm_config, tmp_path,
     assert train[4]["loss"] > 50 * train[3]["loss"]  # the spike is shown, not hidden
 
 
+@pytest.mark.slow
 def test_loss_spike_guard_stops_after_spikes_in_a_row(tiny_lm_config, tmp_path, monkeypatch):
     config = tiny_lm_config(steps=8, checkpoint_every=2)
     config.train.loss_spike.update(factor=3.0, warmup_steps=2, max_in_a_row=2)
@@ -228,6 +232,7 @@ def test_loss_spike_guard_stops_after_spikes_in_a_row(tiny_lm_config, tmp_path, 
     assert Checkpointer(str(tmp_path)).latest_step() == 4
 
 
+@pytest.mark.slow
 def test_nonfinite_stop_names_the_step_and_keeps_checkpoints(tiny_lm_config, tmp_path,
                                                              monkeypatch):
     config = tiny_lm_config(steps=6, checkpoint_every=2, nonfinite="stop")
@@ -237,6 +242,7 @@ def test_nonfinite_stop_names_the_step_and_keeps_checkpoints(tiny_lm_config, tmp
     assert Checkpointer(str(tmp_path)).latest_step() == 4
 
 
+@pytest.mark.slow
 def test_stop_flags_are_read_one_step_late(tiny_lm_config, tmp_path, monkeypatch):
     """With nonfinite='stop' the loop must read a device value per step; reading the step it
     has just dispatched would make the host wait for the device every step. It reads each
@@ -269,6 +275,7 @@ def test_stop_flags_are_read_one_step_late(tiny_lm_config, tmp_path, monkeypatch
     assert events[-1] == ("read", 5)  # the last step is read before its log and checkpoint
 
 
+@pytest.mark.slow
 def test_nonfinite_skip_counts_and_continues(tiny_lm_config, tmp_path, monkeypatch):
     # Two devices, data parallel: only device 0's half of batch 2 is NaN, and the step must be
     # skipped on both (params that differ between replicas would show in the next losses).
@@ -297,6 +304,7 @@ def test_best_checkpoint_is_kept_beside_the_last(tiny_lm_config, tmp_path):
     assert Checkpointer(str(tmp_path)).latest_step() == 6
 
 
+@pytest.mark.slow
 def test_a_resumed_run_gathers_the_checkpoint_listing_once(tiny_lm_config, tmp_path,
                                                           monkeypatch):
     """Each agreed listing is a gather across every process: the restore uses the loop's."""
@@ -323,6 +331,7 @@ def test_profile_window_writes_a_trace_and_bad_windows_are_named(tiny_lm_config,
                    devices=ONE_DEVICE)
 
 
+@pytest.mark.slow
 def test_init_from_takes_params_but_not_optimizer_or_step(tiny_lm_config, tmp_path):
     first = str(tmp_path / "first")
     jobs.train(tiny_lm_config(steps=3), first, devices=ONE_DEVICE)

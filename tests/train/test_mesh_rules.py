@@ -56,6 +56,7 @@ def workdir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("rules"))  # one tokenizer for every build below
 
 
+@pytest.mark.slow
 def test_params_follow_a_custom_rules_table_and_train_as_on_one_device(workdir):
     config = _config()
     single = jobs.build(config, workdir, devices=jax.devices()[:1])

@@ -55,6 +55,7 @@ def _check_param_shardings(model, args, variables, mesh):
     assert sharded_somewhere
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(2, 1, 4), (1, 2, 4), (2, 2, 2)])
 def test_transformer_stack_sharded_equals_single_device(shape):
     mesh = partitioning.make_mesh(*shape)
@@ -71,6 +72,7 @@ def test_transformer_stack_sharded_equals_single_device(shape):
     assert out.sharding.spec[0] is not None or shape[0] * shape[1] == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", [(2, 1, 4), (1, 2, 4)])
 def test_lstm_stack_sharded_equals_single_device(shape):
     mesh = partitioning.make_mesh(*shape)

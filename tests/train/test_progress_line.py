@@ -19,6 +19,7 @@ def _train_records(workdir):
         return [r for r in map(json.loads, f) if r["split"] == "train"]
 
 
+@pytest.mark.slow
 def test_mfu_is_printed_and_logged_against_config_peak_flops(tiny_lm_config, tmp_path, capfd):
     peak = 2e9  # FLOP/s per device, as a user would give for hardware missing from the table
     config = tiny_lm_config(steps=4, log_every=2, peak_flops=peak)

@@ -58,6 +58,7 @@ def _assert_identical_runs(resumed, uninterrupted):
     gpt_process.assert_identical_runs(resumed, uninterrupted, STEPS)
 
 
+@pytest.mark.slow
 def test_sigkill_between_checkpoints_then_resume_is_bit_identical(uninterrupted, tmp_path):
     workdir = str(tmp_path)
     code, _, _ = _start_and_signal(workdir, signal.SIGKILL, after_step=EVERY + 30)
@@ -91,6 +92,7 @@ def test_sigkill_between_checkpoints_then_resume_is_bit_identical(uninterrupted,
     assert killed_summary == whole_summary and "step" in killed_summary
 
 
+@pytest.mark.slow
 def test_sigterm_saves_exits_zero_and_resumes_bit_identical(uninterrupted, tmp_path):
     workdir = str(tmp_path)
     code, out, err = _start_and_signal(workdir, signal.SIGTERM, after_step=EVERY + 30)

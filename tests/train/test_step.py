@@ -55,6 +55,7 @@ def _one_step(model, params, batch, k):
     return new_state, metrics
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [2, 4])
 def test_accumulated_update_equals_one_large_batch(model_and_params, k):
     model, params = model_and_params
@@ -66,6 +67,7 @@ def test_accumulated_update_equals_one_large_batch(model_and_params, k):
     assert float(m1["weight_sum"]) == float(mk["weight_sum"])
 
 
+@pytest.mark.slow
 def test_mean_of_micro_batch_means_would_differ(model_and_params):
     # The property above is not vacuous: with this padding, averaging per-micro-batch mean
     # gradients gives a different update than the token-weighted mean.
@@ -92,6 +94,7 @@ def test_batch_not_divisible_by_accumulation_is_a_clear_error(model_and_params):
         _one_step(model, params, _batch(rows=8), 3)
 
 
+@pytest.mark.slow
 def test_nonfinite_batch_is_skipped_and_counted(model_and_params):
     model, params = model_and_params
     batch = _batch()

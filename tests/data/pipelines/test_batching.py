@@ -82,6 +82,7 @@ def test_bad_buckets_are_named():
         batching.bucketed_train_iterator(rows, lengths, BOUNDARIES, 64, seed=0)
 
 
+@pytest.mark.slow
 def test_plain_batches_cover_each_epoch_and_are_the_same_in_worker_processes():
     rows, _ = _rows()
     batches = _take(batching.train_iterator(rows, 8, seed=4), 12)  # two epochs of 48 rows

@@ -33,6 +33,7 @@ def _random_corpus(rng, path, bom=False, crlf=False):
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 def test_every_document_is_read_once_wherever_the_cuts_fall(tmp_path, seed):
     rng = np.random.default_rng(seed)

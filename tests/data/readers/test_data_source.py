@@ -50,6 +50,7 @@ def test_an_empty_file_key_names_the_key_and_the_source(tmp_path):
 
 # The cache names every synthetic split had before one helper wrote them all: a run's cache_dir
 # (shared between runs) must keep serving it.
+@pytest.mark.slow
 def test_synthetic_caches_keep_their_names(tmp_path):
     jobs = [
         (classification, classify.get_config("size=tiny").data,

@@ -107,6 +107,7 @@ def cpu_program(request):
     return request.param, _compile(request.param, jax.devices()[:8])
 
 
+@pytest.mark.slow
 def test_each_layout_sends_what_first_principles_say(cpu_program):
     layout, compiled = cpu_program
     CHECKS[layout](*compiled[:3])

@@ -47,6 +47,7 @@ def _run(workdir, steps):
     return out, err
 
 
+@pytest.mark.slow
 def test_a_restarted_run_compiles_nothing(tmp_path):
     workdir = str(tmp_path / "run")
     cache = os.path.join(workdir, "compile_cache")

@@ -60,6 +60,7 @@ def exported():
     return get
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", list(BACKENDS))
 @pytest.mark.parametrize("model", list(MODELS))
 def test_train_step_lowers_for_the_hardware(model, backend, exported):

@@ -90,6 +90,7 @@ def _tpu_vm_workers(workdir, servers):
                                               script=LAUNCHER), envs)
 
 
+@pytest.mark.slow
 def test_tpu_vm_workers_join_through_the_metadata_server_survive_a_notice_and_train_as_one(
         tpu_vm_slice, single_process, tmp_path):
     workdir = str(tmp_path / "slice")

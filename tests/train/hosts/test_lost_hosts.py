@@ -56,6 +56,7 @@ def _finish(procs, timeout):
         multihost.kill_all(procs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["raise_when_cut", "abort_when_cut"])
 def test_a_survivor_whose_collective_failed_names_the_lost_process(tmp_path, mode):
     """raise: the collective's error reaches the main thread (gloo: "Connection reset by
@@ -79,6 +80,7 @@ def test_a_survivor_whose_collective_failed_names_the_lost_process(tmp_path, mod
     assert LINE in text, text[-3000:]
 
 
+@pytest.mark.slow
 def test_a_clean_exit_names_nobody_whoever_reaches_the_barrier_first(tmp_path):
     for modes in (["finish", "finish_late"], ["finish_late", "finish"]):
         procs, logs = _launch(tmp_path, modes)

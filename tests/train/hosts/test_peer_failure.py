@@ -54,6 +54,7 @@ def _last_line(text):
     ("fail_start:0", "config.train.init_from=.* is not a directory"),
     ("fail_step:3", "RuntimeError: injected failure in train step 3"),
 ], ids=["before-the-first-collective", "inside-a-train-step"])
+@pytest.mark.slow
 def test_one_process_failing_stops_the_other_naming_it(tmp_path, fault, error):
     import re
 

@@ -133,6 +133,7 @@ print("the hang ended by itself")
 """
 
 
+@pytest.mark.slow
 def test_a_hang_that_holds_the_gil_is_reported_and_exits():
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", _GIL_HOLDING_HANG], cwd=gpt_process.ROOT,
@@ -160,6 +161,7 @@ print("alive")
 """
 
 
+@pytest.mark.slow
 def test_a_finished_phase_disarms_the_backstop():
     proc = subprocess.run([sys.executable, "-c", _QUICK_PHASES_THEN_IDLE], cwd=gpt_process.ROOT,
                           capture_output=True, text=True, timeout=90)

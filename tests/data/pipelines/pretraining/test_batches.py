@@ -128,6 +128,7 @@ def _assert_same(got, want):
             np.testing.assert_array_equal(g[k], w[k])
 
 
+@pytest.mark.slow
 def test_worker_processes_give_the_same_batches_restore_and_slice(dynamic_source):
     # One test for every worker property: each worker process costs ~1 s to start (spawn).
     src, batch_size, seed = dynamic_source, 8, 2

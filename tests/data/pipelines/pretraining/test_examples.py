@@ -70,6 +70,7 @@ def _is_special(tok, ids):
 # Masking.
 
 
+@pytest.mark.slow
 @MASKERS
 def test_masking_statistics_follow_bert(tok, instances, masker):
     rng = np.random.default_rng(0)
@@ -127,6 +128,7 @@ def test_max_predictions_caps_the_count_and_pads_targets(tok, instances, masker)
         assert out.masked_lm_weights.sum() == min(3, max(1, round(0.15 * n)))
 
 
+@pytest.mark.slow
 @MASKERS
 def test_random_replacements_are_uniform_over_non_special_ids(masker):
     vocab, specials = 16, {0, 1, 4, 5, 6, 9}
