@@ -24,10 +24,10 @@ import pytest
 from configs import bert_pretrain
 from configs import gpt as gpt_config
 
-# The longest modules first, in each tier (measured on the 2-core box; a module of the other
-# tier is simply not collected). `--dist loadscope` (pyproject addopts) keeps a module on one
-# xdist worker, so its module-scoped training fixture runs once; starting these first lets the
-# short modules fill the other worker around them instead of trailing behind.
+# The longest modules first, in each tier (measured on the 2-core box; a module with no test of
+# the tier at hand is simply not collected). `--dist loadscope` (pyproject addopts) keeps a
+# module on one xdist worker, so its module-scoped training fixture runs once; starting these
+# first lets the short modules fill the other worker around them instead of trailing behind.
 _LONG_MODULES = (
     # acceptance: the main job alone takes one worker for most of the tier
     "tests/end_to_end/test_main_job.py",
@@ -40,40 +40,38 @@ _LONG_MODULES = (
     "tests/end_to_end/test_bucket_training.py",
     "tests/train/test_reshape_resume.py",
     "tests/tasks/test_gpt_finetune.py",
-    # fast
+    # slow
     "tests/train/test_loop.py",
-    "tests/train/hosts/test_cluster_join.py",
-    "tests/tasks/test_classification_finetune.py",
     "tests/train/test_resume.py",
-    "tests/models/test_transformer_translation.py",
+    "tests/tasks/test_bert_pretraining.py",
+    "tests/train/hosts/test_cluster_join.py",
+    "tests/docs/test_docs_build.py",
+    "tests/docs/test_adding_a_model_guide.py",
+    "tests/checkpoints/test_restore_decisions.py",
+    "tests/tasks/test_classification_finetune.py",
+    "tests/nn/test_blockwise_sharded.py",
+    "tests/benchmarks/test_step.py",
+    "tests/commands/test_prepare_command.py",
+    "tests/end_to_end/test_bad_inputs.py",
+    "tests/train/test_dropout_rng.py",
+    "tests/test_retry.py",
+    "tests/train/test_grad_reduction.py",
+    "tests/benchmarks/test_tune.py",
     "tests/train/test_step.py",
     "tests/commands/test_attention_maps_command.py",
-    "tests/end_to_end/test_bad_inputs.py",
-    "tests/tasks/test_elmo.py",
-    "tests/tasks/test_bert_pretraining.py",
-    "tests/checkpoints/test_restore_decisions.py",
-    "tests/train/compilation/test_compile_cache.py",
-    "tests/end_to_end/test_gs_outputs.py",
+    # fast
+    "tests/nn/test_blockwise_attention.py",
+    "tests/models/test_transformer_translation.py",
     "tests/eval/test_attention_maps.py",
-    "tests/tasks/test_bert_pretraining_wordpiece.py",
-    "tests/train/test_finetune_recipe.py",
-    "tests/train/test_mesh_rules.py",
-    "tests/tasks/test_gpt_job.py",
-    "tests/models/test_seq2seq.py",
-    "tests/benchmarks/test_step.py",
     "tests/decoding/test_decoding.py",
-    "tests/checkpoints/test_checkpoint_restore.py",
-    "tests/tasks/test_squad_finetune.py",
+    "tests/train/test_optim.py",
+    "tests/nn/test_attention.py",
     "tests/nn/test_recurrent.py",
-    "tests/nn/test_recurrent_backward.py",
-    "tests/models/test_rnnlm.py",
+    "tests/train/hosts/test_lost_hosts.py",
     "tests/nn/test_transformer.py",
-    "tests/tasks/test_rnnlm_task.py",
-    "tests/nn/test_hard_attention.py",
-    "tests/models/test_gpt_classifier.py",
-    "tests/tasks/test_word2vec.py",
-    "tests/train/test_partitioning.py",
-    "tests/models/test_bert.py",
+    "tests/models/test_rnnlm.py",
+    "tests/nn/test_recurrent_backward.py",
+    "tests/models/test_elmo.py",
 )
 
 
