@@ -289,6 +289,9 @@ def test_a_tensorstore_read_of_a_silent_bucket_is_given_up(gcs_knobs, gcs_bucket
 
 
 def test_a_bad_request_timeout_names_the_variable(monkeypatch):
+    # The variable is read only where no job configured a timeout: a job run in this process
+    # before (any test's) leaves its config.train.storage value in force.
+    monkeypatch.setattr(paths, "_configured_timeout_s", None)
     monkeypatch.setenv(paths.REQUEST_TIMEOUT_ENV, "soon")
     with pytest.raises(errors.ConfigError, match="ZOO_GCS_REQUEST_TIMEOUT_S='soon'"):
         paths.request_timeout_s()
