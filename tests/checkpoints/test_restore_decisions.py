@@ -266,6 +266,7 @@ def test_ctrl_c_in_one_process_restore_stops_both(saved_by_two):
     assert file_tree(saved_by_two) == before
 
 
+@pytest.mark.slow
 def test_processes_listing_different_steps_stop_naming_both(saved_by_two):
     # Before: process 1, not seeing step 4, restored step 2 while process 0 restored step 4,
     # and both went on (each printed its own RESTORED) with a state of mixed steps.

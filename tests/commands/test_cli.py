@@ -229,10 +229,12 @@ def test_a_user_error_is_one_message_on_the_command_line(commands, case, message
     assert re.search(message, stderr, re.MULTILINE), stderr[-3000:]
 
 
+@pytest.mark.slow
 def test_eval_leaves_an_empty_workdir_empty(commands):
     assert os.listdir(commands["eval_empty_workdir"][2] / "empty") == []
 
 
+@pytest.mark.slow
 def test_zoo_debug_shows_the_traceback(commands):
     returncode, stderr, _ = commands["eval_empty_workdir_debug"]
     assert returncode == 1
@@ -240,6 +242,7 @@ def test_zoo_debug_shows_the_traceback(commands):
     assert re.search(r"zoo\.errors\.MissingFileError: no checkpoint under .*/empty_debug/", stderr)
 
 
+@pytest.mark.slow
 def test_an_internal_error_keeps_its_traceback(commands):
     returncode, stderr, _ = commands["internal_error"]
     assert returncode == 1

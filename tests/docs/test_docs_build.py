@@ -45,6 +45,7 @@ def test_the_docs_build_without_a_warning(built):
         assert (out / f"{page}.html").exists(), page
 
 
+@pytest.mark.slow
 def test_every_relative_link_in_the_pages_and_the_readme_resolves(built):
     pages = sorted(p for p in DOCS.rglob("*.md") if "_build" not in p.parts) + [ROOT / "README.md"]
     broken = [f"{page.relative_to(ROOT)}: {target}" for page in pages
@@ -59,6 +60,7 @@ def test_the_link_check_catches_a_broken_link(tmp_path):
     assert list(_relative_links(page)) == ["missing.md"]
 
 
+@pytest.mark.slow
 def test_generated_pages_fit_the_content_column(built):
     """What clipped at 1280 px: the config reference's three-column table (its meaning column cut
     off), docstrings as Python-highlighted literal blocks that never wrap, long code lines. Now

@@ -252,6 +252,7 @@ def test_translation_maps_with_a_target(translation, spm):
     assert np.abs(other["cross"].weights - maps["cross"].weights).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_translation_maps_without_a_target_follow_the_greedy_translation(translation, spm):
     model, params = translation
     source = "二十三减四十五"

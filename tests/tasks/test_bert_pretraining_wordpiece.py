@@ -93,6 +93,7 @@ def test_the_vocabulary_covers_the_corpus_with_split_words(run):
     assert any(vocab[i].startswith("##") for i in ids)
 
 
+@pytest.mark.slow
 def test_prepared_examples_use_the_vocabulary_ids(run):
     root, path, vocab, _ = run
     tokenizer = WordPieceTokenizer.from_vocab_file(path)
@@ -128,6 +129,7 @@ def test_prepared_examples_use_the_vocabulary_ids(run):
     assert len(masked_inputs) > 100 and 0.65 <= share <= 0.92, share
 
 
+@pytest.mark.slow
 def test_training_finishes_and_eval_reproduces_the_summary(run):
     root, path, _, stdout = run
     assert f"step {STEPS:>6}/{STEPS}" in stdout

@@ -108,6 +108,7 @@ def test_frozen_features_classify_and_only_the_head_and_mix_train(pretrained, tm
         assert abs(float(final["mix"]["gamma"]) - 1.0) > 1e-3
 
 
+@pytest.mark.slow
 def test_feature_task_needs_init_from(pretrained, tmp_path):
     config = _feature_config("elmo", pretrained)
     config.train.init_from = ""

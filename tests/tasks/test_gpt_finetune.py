@@ -89,6 +89,7 @@ def test_eval_reproduces_the_final_accuracy_and_writes_predictions(finetuned, pr
     assert 100.0 * np.mean([r[1] == r[2] for r in rows]) == pytest.approx(summary["accuracy"])
 
 
+@pytest.mark.slow
 def test_a_tokenizer_of_another_vocabulary_is_an_error_naming_both_sizes(pretrained, tmp_path):
     other = tokenizers.train_sentencepiece(
         ["Lomira lives in Fagagirmar.", "Trige is the mayor of Stoukron."] * 20, vocab_size=40)

@@ -96,6 +96,7 @@ def test_loss_falls_and_perplexity_beats_unigram(trained):
     assert summary["perplexity"] < summary["unigram_perplexity"] / 3
 
 
+@pytest.mark.slow
 def test_samples_continue_the_prompt(trained):
     _, _, stdout = trained
     samples = stdout.split("samples:\n", 1)[1].splitlines()[:2]
@@ -110,6 +111,7 @@ def test_config_data_block_is_the_gpt_jobs(ours, gpts):
             == gpt_config.get_config(gpts).data.to_dict())
 
 
+@pytest.mark.slow
 def test_tensor_and_fsdp_sharded_eval_equals_unsharded(trained, tmp_path):
     root, _, _ = trained
     config = _config(root / "cache")
