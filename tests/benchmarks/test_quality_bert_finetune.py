@@ -54,6 +54,7 @@ def _pretrained_directory(tmp_path, corpus, vocab):
     return path
 
 
+@pytest.mark.slow
 def test_both_sides_start_from_the_same_weights_and_take_the_same_step(tmp_path):
     from zoo.tasks.classification import ClassificationTask
 

@@ -65,6 +65,7 @@ def _capture_maps(monkeypatch):
     return drawn
 
 
+@pytest.mark.slow
 def test_command_on_a_trained_gpt_workdir(tiny_lm_config, tmp_path, monkeypatch, capsys):
     config = tiny_lm_config(steps=2)
     config.data.synthetic_entities = 60  # a smaller world than the default: faster

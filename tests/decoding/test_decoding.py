@@ -167,6 +167,7 @@ def test_beam_with_all_hypotheses_is_exhaustive_search_markov(eos_possible, alph
         _assert_beams_are(ref, out.tokens[b], out.lengths[b], out.scores[b])
 
 
+@pytest.mark.slow
 def test_beam_with_all_hypotheses_is_exhaustive_search_gpt(params):
     length = 4  # cache of 4: row 0 generates up to 3 tokens, row 1 up to 2
     prompts, lengths = np.array([[BOS, PAD], [BOS, 4]], np.int32), np.array([1, 2], np.int32)

@@ -210,6 +210,7 @@ def test_config_typo_is_one_clear_error_on_the_command_line(cli_results, case):
     ("optim", "decay", "cosin",
      r"config\.optim\.decay must be constant, linear, cosine or inverse_sqrt, got 'cosin'"),
 ], ids=["model.size", "optim.name", "optim.decay"])
+@pytest.mark.slow
 def test_bad_enum_value_in_a_config_file(copy_of, section, key, value, message):
     # Values a config file (not the command line) sets: the job itself rejects them.
     workdir = copy_of("gpt")

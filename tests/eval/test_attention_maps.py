@@ -336,6 +336,7 @@ def _np_scores(kind, p, memory, query):
     return memory @ (query @ _f64(p["query_kernel"]))  # Luong general: h_s^T W q, W^T stored
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("attention", ATTENTIONS)
 def test_rnn_alignment_rows_are_the_models_softmax_at_each_step(rnn_models, spm, attention):
     """Row t belongs to the step that produced target token t: the float64 softmax of the score
@@ -387,6 +388,7 @@ def test_rnn_alignment_without_a_target_draws_the_greedy_translation(rnn_models,
 # ---- the GPT classifier, and the families without attention -----------------------------------
 
 
+@pytest.mark.slow
 def test_gpt_classifier_maps_its_gpt_over_the_classifiers_own_input(spm):
     config = dataclasses.replace(GPT_CONFIG, vocab_size=spm.vocab_size)
     model = gpt_classifier.GPTForClassification(config, num_labels=3)

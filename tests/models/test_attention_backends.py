@@ -97,6 +97,7 @@ def test_gpt_blockwise_equals_einsum_with_packed_documents(window):
     assert np.all(np.isfinite(np.asarray(logits["blockwise"])[real]))
 
 
+@pytest.mark.slow
 def test_windowed_gpt_decodes_through_its_cache_as_its_full_forward():
     config = _gpt("einsum", window=4)
     params = _init(gpt.GPT(config), IDS)

@@ -69,6 +69,7 @@ def test_extract_state_sees_every_input_token_and_nothing_after_it(model_and_par
     np.testing.assert_array_equal(changed[after], 0.0)
 
 
+@pytest.mark.slow
 def test_multiple_choice_scores_each_option_alone():
     mc = GPTForClassification(CONFIG, multiple_choice=True, dropout_rate=0.0)
     mc_params = nn.unbox(mc.init(jax.random.key(1), ROW[None, None])["params"])

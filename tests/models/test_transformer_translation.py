@@ -240,6 +240,7 @@ def _loss_and_grad(cfg):
     return jax.jit(jax.value_and_grad(loss, has_aux=True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["all", "target"])
 def test_tied_matrix_serves_each_role_and_gets_every_roles_gradient(mode):
     """A tied model equals the untied ('none') model holding copies of the tied matrix in each
@@ -403,6 +404,7 @@ def test_dropout_only_in_training_and_driven_by_the_rng():
     assert np.abs(np.asarray(train_a - train_b)).max() > 1e-3
 
 
+@pytest.mark.slow
 def test_sharded_over_a_2x4_mesh_equals_single_device():
     """data 2 x tensor 4: the batch split in two, vocabulary, heads and feed-forward in four."""
     rules = partitioning.DEFAULT_RULES
@@ -516,6 +518,7 @@ def test_flops_per_token_counts_every_matmul_kernel():
 # Learning
 
 
+@pytest.mark.slow
 def test_learns_to_reverse_twenty_sequences():
     """From scratch, 100 full-batch Adam steps take the token cross-entropy on 20 random
     sequences (3-6 tokens from 12 symbols) and their reversals below 0.05 nats (it starts near

@@ -101,6 +101,7 @@ def test_sampling_needs_the_attention_rng_only_when_not_deterministic():
     assert _is_one_hot(w)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("estimator", ["straight_through", "gumbel"])
 def test_hard_attention_learns_to_point_at_the_queried_input(estimator):
     """Each query is a noisy copy of one of 6 unit keys; the target is that key's position (values

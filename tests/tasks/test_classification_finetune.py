@@ -100,6 +100,7 @@ def test_eval_writes_predictions_and_reproduces_metrics(tiny_pretrained_bert):
     assert "majority_accuracy" in again
 
 
+@pytest.mark.slow
 def test_user_jsonl_files_with_explicit_columns(tiny_pretrained_bert, tmp_path):
     splits = synthetic_classification.classification_splits(0, "relation", 100)
     for split in ("train", "validation"):
@@ -116,6 +117,7 @@ def test_user_jsonl_files_with_explicit_columns(tiny_pretrained_bert, tmp_path):
         jobs.train(config, str(tmp_path / "bad"), devices=ONE_DEVICE)
 
 
+@pytest.mark.slow
 def test_init_from_a_hugging_face_directory(tiny_pretrained_bert, tmp_path):
     """A tiny_pretrained_bert directory (here: our pretraining exported with save_pretrained) defines
     the encoder's architecture and the tokenizer, and its weights start the run."""
@@ -147,6 +149,7 @@ def test_init_from_a_hugging_face_directory(tiny_pretrained_bert, tmp_path):
         jobs.train(config, str(tmp_path / "too_long"), devices=ONE_DEVICE)
 
 
+@pytest.mark.slow
 def test_init_from_a_google_research_tf_checkpoint(tiny_pretrained_bert, tmp_path):
     directory = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "convert",
                              "fixtures", "google_bert_tiny")

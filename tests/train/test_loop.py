@@ -292,6 +292,7 @@ def test_nonfinite_skip_counts_and_continues(tiny_lm_config, tmp_path, monkeypat
     assert train[1]["skipped_steps"] == train[3]["skipped_steps"] == 0.0
 
 
+@pytest.mark.slow
 def test_best_checkpoint_is_kept_beside_the_last(tiny_lm_config, tmp_path):
     config = tiny_lm_config(steps=6, eval_every=2, checkpoint_every=2, keep_checkpoints=1,
                             best_metric="perplexity")
@@ -322,6 +323,7 @@ def test_a_resumed_run_gathers_the_checkpoint_listing_once(tiny_lm_config, tmp_p
     assert Checkpointer(str(tmp_path)).latest_step() == 3
 
 
+@pytest.mark.slow
 def test_profile_window_writes_a_trace_and_bad_windows_are_named(tiny_lm_config, tmp_path):
     jobs.train(tiny_lm_config(steps=3, profile_steps="1:2"), str(tmp_path), devices=ONE_DEVICE)
     traces = list((tmp_path / "profile").rglob("*.xplane.pb"))

@@ -125,6 +125,7 @@ def _infinite_gradient(x):
 _infinite_gradient.defvjp(lambda x: (x, None), lambda _, g: (g * jnp.inf,))
 
 
+@pytest.mark.slow
 def test_inf_gradient_under_a_finite_loss_is_skipped(model_and_params):
     model, params = model_and_params
 

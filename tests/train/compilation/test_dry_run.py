@@ -42,6 +42,7 @@ def test_activation_estimate_follows_remat_and_tensor_parallelism():
     assert stack_activation_bytes(remat="none", tensor_parallel=4, **kw) < none
 
 
+@pytest.mark.slow
 def test_blockwise_attention_keeps_no_weights_and_the_estimate_follows_xla(tiny_lm_config,
                                                                            tmp_path):
     """With backend='blockwise' a layer keeps a log-sum-exp per query and head, not the
