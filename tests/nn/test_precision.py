@@ -1,6 +1,8 @@
 """zoo.nn.precision: the forward is the plain bf16 cast's, bit for bit; a parameter's gradient
 is the float32 sum of the same bf16 terms (the plain cast's is that sum rounded to bf16)."""
 
+import re
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -109,3 +111,24 @@ def test_dense_bf16_forward_is_the_plain_cast_and_its_gradients_float32():
     assert {g.dtype for g in jax.tree.leaves(grads)} == {jnp.dtype(jnp.float32)}
     # d(sum y)/d bias: the number of rows
     np.testing.assert_array_equal(np.asarray(grads["bias"]), np.full((4, 8), 128.0))
+
+
+def test_a_multi_dim_input_gradient_reads_the_cotangent_as_it_lies():
+    """Self-attention's fused q/k/v projection contracts dx = dy K^T over (j, h, d) in the
+    kernel's own order: the compiled gradient moves only the kernel, never the cotangent (with
+    jnp.einsum's order, (d, h, j), XLA:CPU copied the [tokens, 3, heads, head_dim] cotangent
+    transposed first), and it is the float64 contraction to float32 rounding."""
+    spec = "abm,mjhd->abjhd"
+    x, kernel, key = _inputs((6, 40, 32), (32, 3, 2, 8))
+    dy = jax.random.normal(key, (6, 40, 3, 2, 8))
+
+    def input_grad(x, kernel, dy):
+        return jax.vjp(lambda x: param_einsum(spec, x, kernel, jnp.float32), x)[1](dy)[0]
+
+    got = jax.jit(input_grad)(x, kernel, dy)
+    exact = np.einsum("abjhd,mjhd->abm", np.asarray(dy, np.float64),
+                      np.asarray(kernel, np.float64))
+    assert_close(got, exact, 1e-6)
+    text = jax.jit(input_grad).lower(x, kernel, dy).compile().as_text()
+    moved = re.findall(r"= f32\[([\d,]*)\]\S* (?:transpose|copy)\(", text)
+    assert all(len(shape.split(",")) < 5 for shape in moved), moved
