@@ -8,8 +8,8 @@ Two drivers of the same rules:
     falls in. Both kinds of masks use it: static ones when a shard is prepared (keys of seed,
     shard, pass and row), dynamic ones as batches are built (`masking_keys(seed, epoch, index)`);
   * `mask_tokens` / `mask_example`: one row from a numpy Generator, the rules written plainly,
-    one row at a time; the pipeline no longer calls them, the tests hold `mask_batch` to the
-    same statistics with them.
+    one row at a time: the reference the tests hold `mask_batch` to (same statistics); the
+    pipeline calls only `mask_batch`.
 """
 
 from __future__ import annotations
