@@ -4,7 +4,6 @@ columns compare code, not models; and a small run writes its report."""
 
 import json
 
-import jax
 import pytest
 
 from benchmarks import backend_gap

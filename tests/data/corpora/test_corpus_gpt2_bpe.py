@@ -13,7 +13,6 @@ import pytest
 from tests.data.corpora import fake_packages
 from zoo.commands import corpus as command
 from zoo.data import corpora
-from zoo.data.corpora import gpt2_bpe
 from zoo.data.tokenizers.base import load_tokenizer
 from zoo.errors import DataError
 
