@@ -162,7 +162,8 @@ def _variants(module) -> str:
     if start < 0:
         return ""
     end = source.find(")", start)
-    return source[start + len("parse_arg(arg"):end].strip(", \n")
+    # One line: a call wrapped over source lines keeps its indentation inside the inline code.
+    return " ".join(source[start + len("parse_arg(arg"):end].strip(", \n").split())
 
 
 def _page(root, job, meanings) -> str:
