@@ -77,8 +77,9 @@ _LONG_MODULES = (
 
 def pytest_configure(config):
     """The fast and slow tiers (the default `-m 'not acceptance and not slow'`, `-m slow`, and
-    any selection that leaves the acceptance tier out) generate machine code the cheap way: LLVM at -O0, and XLA's older elemental emitters instead of its
-    MLIR fusion emitters. XLA's own optimisations (fusion, layouts, SPMD partitioning) are
+    any selection that leaves the acceptance tier out) generate machine code the cheap way:
+    LLVM at -O0, and XLA's older elemental emitters instead of its MLIR fusion emitters.
+    XLA's own optimisations (fusion, layouts, SPMD partitioning) are
     unchanged; only code generation is cheaper. Its tests compile many tiny programs and run
     each for a few steps, so compiling dominates. Measured on the 2-core box: the whole tier
     took 10.3 min with -O0, and without it only a third was done after 12 min; turning the
