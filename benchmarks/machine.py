@@ -58,6 +58,27 @@ def time_call(fn: Callable, *args, warmup: int = 1, repeats: int = 5) -> dict[st
     return {"median_s": statistics.median(times), "min_s": min(times), "repeats": repeats}
 
 
+def wait_until_idle(*, quiet_s: float = 0.005, limit_s: float = 1.0) -> float:
+    """Waits until this process's threads use no CPU for `quiet_s` (at most `limit_s`) and
+    returns the seconds waited.
+
+    Why: a library's worker threads can keep running after its call has returned. torch's
+    OpenMP workers (libgomp) spin-wait up to GOMP_SPINCOUNT pauses before they sleep, about
+    20 ms on the 2-core box, so a call timed just after one of torch's shared the cores with
+    them: there zoo's LSTM forward (benchmarks.step, in turns) measured 1.57x torch's, and
+    1.34x with each side timed alone in a process of its own. "Idle" is the process's CPU
+    time (all its threads) growing by under a tenth of the wall time over `quiet_s`."""
+    start = time.perf_counter()
+    cpu = time.process_time()
+    while time.perf_counter() - start < limit_s:
+        time.sleep(quiet_s)
+        now = time.process_time()
+        if now - cpu < quiet_s / 10:
+            break
+        cpu = now
+    return time.perf_counter() - start
+
+
 def compile_stats(jitted: Any, *args) -> dict[str, float | None]:
     """Compile time, XLA's FLOPs and bytes accessed, and the compiled program's buffer bytes
     (arguments + outputs + temporaries) for `jitted(*args)`. Call it before the function first

@@ -185,13 +185,16 @@ def time_alternating(calls: dict[str, Callable[[], Any]], *, warmup: int, repeat
                      ) -> dict[str, dict[str, float]]:
     """Median and minimum wall seconds of each call, timed in turns (a, b, a, b, ...): on a
     shared machine a load change then hits every side alike, which timing one side's repeats
-    and then the other's does not. Each call must block until its result is ready."""
+    and then the other's does not. Each call must block until its result is ready, and each
+    timed call starts with the process idle (`machine.wait_until_idle`): the threads a side
+    leaves spinning after its call (torch's OpenMP workers) would otherwise slow the next."""
     for _ in range(warmup):
         for call in calls.values():
             call()
     times: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(repeats):
         for name, call in calls.items():
+            machine.wait_until_idle()
             start = time.perf_counter()
             call()
             times[name].append(time.perf_counter() - start)

@@ -4,6 +4,8 @@ import json
 import math
 import os
 import sys
+import threading
+import time
 
 import flax.linen as nn
 import jax
@@ -219,6 +221,28 @@ def test_lstm_sides_are_timed_in_turns():
     assert order == ["ours", "theirs"] * 4  # warm-up, then turn by turn: a load change hits both
     assert t["ours"]["repeats"] == 3 and t["theirs"]["min_s"] <= t["theirs"]["median_s"]
 
+
+
+def test_a_side_in_turns_does_not_run_into_threads_the_other_left_spinning():
+    """torch's OpenMP workers spin ~20 ms after its call returns; the next side's timed call
+    must start after they stop, not share the cores with them."""
+    def leaves_a_thread_spinning():
+        def spin():
+            end = time.perf_counter() + 0.15
+            while time.perf_counter() < end:
+                pass
+        threading.Thread(target=spin, daemon=True).start()
+
+    busy = []
+
+    def probe():  # the CPU this process used while the probe slept
+        cpu = time.process_time()
+        time.sleep(0.02)
+        busy.append(time.process_time() - cpu)
+
+    step.time_alternating({"torch-like": leaves_a_thread_spinning, "ours": probe}, warmup=0,
+                          repeats=2)
+    assert max(busy) < 0.005, busy
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model,vocab", [("bert", 2048), ("gpt", 1024)])
