@@ -298,7 +298,7 @@ def bench_lstm(batch: int, steps_n: int, width: int, *, backends: tuple[str, ...
         # and torch's OpenMP threads far more than XLA's when oversubscribed.
         row = dict(key, backend=backend, params=count_params(params),
                    forward_s=ours["forward"]["median_s"], train_s=ours["train"]["median_s"],
-                   load_avg_1m=os.getloadavg()[0])
+                   load_avg_1m=os.getloadavg()[0], calls_start_idle=True)
         if theirs is not None:
             peer = {p: t[("peer", p)] for p in ("forward", "train")}
             row["peer"] = dict(

@@ -137,6 +137,8 @@ def markdown(summary: dict[str, Any]) -> str:
     if s["lstm"]:
         timing = ("" if s.get("lstm_repeats") is None else
                   f", median of {s['lstm_repeats']} calls per side, ours and torch's in turns")
+        if all(r.get("calls_start_idle") for r in s["lstm"]):  # older rows were not
+            timing += ", each call started with the process idle (machine.wait_until_idle)"
         lines += ["", ("LSTM, one layer, float32, hidden = width (ours: zoo.nn.recurrent.RNN "
                        "with each backend: 'scan' = lax.scan, 'cpu_fused' = zoo's C++ kernel, "
                        f"'cudnn'; torch.nn.LSTM batch_first){timing}:"), "", _LSTM_HEADER]

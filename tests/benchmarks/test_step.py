@@ -138,6 +138,8 @@ def _micro_run_writes_every_output(tmp_path, model: str, lstm: bool):
         assert {r["backend"] for r in records if r["kind"].startswith("lstm_")} == {
             "scan", "cpu_fused"}
         assert "| 8 | 16 | cpu_fused |" in (out / "step.md").read_text()
+        assert all(row["calls_start_idle"] for row in rows)
+        assert "each call started with the process idle" in (out / "step.md").read_text()
     else:
         assert summary["lstm"] == []
     table = (out / "step.md").read_text()
