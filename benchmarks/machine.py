@@ -11,6 +11,7 @@ one (GPU/TPU; the CPU backend does not, so there the compiled program's buffers 
 
 import importlib.util
 import json
+import math
 import os
 import platform
 import re
@@ -56,6 +57,32 @@ def time_call(fn: Callable, *args, warmup: int = 1, repeats: int = 5) -> dict[st
         jax.block_until_ready(fn(*args))
         times.append(time.perf_counter() - start)
     return {"median_s": statistics.median(times), "min_s": min(times), "repeats": repeats}
+
+
+def ratio_interval(ours: list[float], theirs: list[float], confidence: float = 0.9
+                   ) -> dict[str, float]:
+    """The median of per-turn ratios ours[i] / theirs[i] (two sides timed in turns) and a
+    distribution-free interval for it: order statistics of the sorted ratios, [r_(k), r_(n-k+1)]
+    with the largest k whose coverage 1 - 2 P(Binomial(n, 1/2) < k) is at least `confidence`
+    (with too few turns for that, the whole range and the coverage it has).
+
+    Why: a box shared with other work drifts by 10-20% over minutes; a load change inside a turn
+    moves both sides of that turn, so the spread of the per-turn ratios is the noise a
+    comparison has to beat. A ratio whose interval holds 1.0 is parity within that noise."""
+    if len(ours) != len(theirs) or not ours:
+        raise ValueError(f"ratio_interval: {len(ours)} and {len(theirs)} times; give one per "
+                         "turn on each side")
+    ratios = sorted(a / b for a, b in zip(ours, theirs))
+    n = len(ratios)
+
+    def coverage(k: int) -> float:  # of [r_(k), r_(n-k+1)], 1-based
+        return 1.0 - 2.0 * sum(math.comb(n, i) for i in range(k)) / 2.0**n
+
+    k = 1
+    while k + 1 <= (n + 1) // 2 and coverage(k + 1) >= confidence:
+        k += 1
+    return {"ratio": statistics.median(ratios), "low": ratios[k - 1], "high": ratios[n - k],
+            "coverage": coverage(k), "turns": n}
 
 
 def wait_until_idle(*, quiet_s: float = 0.005, limit_s: float = 1.0) -> float:

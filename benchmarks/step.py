@@ -198,8 +198,8 @@ def time_alternating(calls: dict[str, Callable[[], Any]], *, warmup: int, repeat
             start = time.perf_counter()
             call()
             times[name].append(time.perf_counter() - start)
-    return {name: {"median_s": statistics.median(t), "min_s": min(t), "repeats": repeats}
-            for name, t in times.items()}
+    return {name: {"median_s": statistics.median(t), "min_s": min(t), "repeats": repeats,
+                   "samples_s": t} for name, t in times.items()}
 
 
 def hf_flax_absent(model: str, hf_flax_python: str | None) -> str:
@@ -249,6 +249,8 @@ def time_beside_hf_flax(run_step: Callable[[], Any], python: str, settings: dict
         step_ratio=_ratio(ours_t["median_s"], theirs_t["median_s"]),
         step_ratio_min=_ratio(ours_t["min_s"], theirs_t["min_s"]),
         cpu_ratio=_ratio(ours_t["cpu_median_s"], theirs_t["cpu_median_s"]),
+        step_ratio_interval=machine.ratio_interval([t["wall_s"] for t in ours],
+                                                   [t["wall_s"] for t in theirs]),
     )
     return {"row": row, "records": {"train_step_in_turns": ours_t,
                                     "hf_flax_train_step": theirs_t}}
@@ -307,6 +309,9 @@ def bench_lstm(batch: int, steps_n: int, width: int, *, backends: tuple[str, ...
                 forward_ratio=_ratio(ours["forward"]["median_s"], peer["forward"]["median_s"]),
                 train_ratio=_ratio(ours["train"]["median_s"], peer["train"]["median_s"]),
                 train_ratio_min=_ratio(ours["train"]["min_s"], peer["train"]["min_s"]),
+                **{f"{p}_ratio_interval": machine.ratio_interval(ours[p]["samples_s"],
+                                                                 peer[p]["samples_s"])
+                   for p in ("forward", "train")},
             )
         rows.append(row)
     return records, rows

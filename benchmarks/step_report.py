@@ -24,6 +24,20 @@ def _gib(n_bytes: float | None) -> str:
     return _num(n_bytes and n_bytes / 2**30, ".3g")
 
 
+_INTERVAL_NOTE = ("A ratio in turns is followed, in parentheses, by the interval of the median of "
+                  "its per-turn ratios (90% where the turns allow: benchmarks.machine."
+                  "ratio_interval); one that holds 1.0 is parity within the machine's noise.")
+
+
+def _with_interval(ratio: float | None, interval: dict[str, float] | None) -> str:
+    """A ratio, and after it the interval of its per-turn ratios (machine.ratio_interval) where
+    the run measured one: '1.05 (0.98-1.12)'."""
+    text = _num(ratio, ".3g")
+    if interval is not None:
+        text += f" ({interval['low']:.3g}-{interval['high']:.3g})"
+    return text
+
+
 def row_line(row: dict[str, Any]) -> str:
     """One console line for a summary row."""
     line = (f"{row['tokens_per_s']:,.0f} tok/s, step {row['step_s'] * 1e3:.1f} ms, compile "
@@ -42,7 +56,15 @@ def row_line(row: dict[str, Any]) -> str:
         line += (f"; in turns with HF Flax: ours {flax['ours_step_s'] * 1e3:.1f} ms, theirs "
                  f"{flax['step_s'] * 1e3:.1f} ms, ours/theirs {flax['step_ratio']:.2f} (best "
                  f"{flax['step_ratio_min']:.2f}, CPU s {flax['cpu_ratio']:.2f})")
+        if "step_ratio_interval" in flax:
+            line += f"; per turn {_interval_text(flax['step_ratio_interval'])}"
     return line
+
+
+def _interval_text(interval: dict[str, float]) -> str:
+    """'1.05, 90% interval 0.98-1.12 (20 turns)': machine.ratio_interval's result in words."""
+    return (f"{interval['ratio']:.2f}, {100 * interval['coverage']:.0f}% interval "
+            f"{interval['low']:.2f}-{interval['high']:.2f} ({interval['turns']} turns)")
 
 
 def lstm_line(row: dict[str, Any]) -> str:
@@ -55,6 +77,8 @@ def lstm_line(row: dict[str, Any]) -> str:
         line += (f"; torch fwd {_ms(peer['forward_s'])} ms, fwd+bwd {_ms(peer['train_s'])} ms; "
                  f"ours/torch fwd {peer['forward_ratio']:.2f}, fwd+bwd {peer['train_ratio']:.2f} "
                  f"(best vs best {peer['train_ratio_min']:.2f})")
+        if "train_ratio_interval" in peer:
+            line += f"; fwd+bwd per turn {_interval_text(peer['train_ratio_interval'])}"
     return line
 
 
@@ -117,7 +141,9 @@ def markdown(summary: dict[str, Any]) -> str:
              "as benchmarks/hf_flax_peer.py says (our shape, dropout, loss and optimizer), and "
              "timed one step each in turns with ours, so a load change hits both; its columns "
              "are from those turns (ours re-timed beside it), the CPU-seconds ratio being the "
-             "steadiest on a shared machine."),
+             "steadiest on a shared machine."
+             + (f" {_INTERVAL_NOTE}" if any("step_ratio_interval" in r.get("hf_flax", {})
+                                            for r in s["configs"]) else "")),
             "",
         ]
     lines.append(_CONFIG_HEADER)
@@ -132,7 +158,8 @@ def markdown(summary: dict[str, Any]) -> str:
             f"{_num(p.get('tokens_per_s'), ',.0f')} | "
             f"{_num(p.get('step_ratio'), '.3g')} | {_num(p.get('step_ratio_min'), '.3g')} | "
             f"{_num(p.get('forward_ratio'), '.3g')} | {_ms(f.get('step_s'))} | "
-            f"{_num(f.get('step_ratio'), '.3g')} | {_num(f.get('step_ratio_min'), '.3g')} | "
+            f"{_with_interval(f.get('step_ratio'), f.get('step_ratio_interval'))} | "
+            f"{_num(f.get('step_ratio_min'), '.3g')} | "
             f"{_num(f.get('cpu_ratio'), '.3g')} |")
     if s["lstm"]:
         timing = ("" if s.get("lstm_repeats") is None else
@@ -148,8 +175,11 @@ def markdown(summary: dict[str, Any]) -> str:
                 f"| {r['batch']} | {r['n']} | {r['d']} | {r.get('backend', 'scan')} | "
                 f"{_ms(r['forward_s'])} | "
                 f"{_ms(r['train_s'])} | {_ms(p.get('forward_s'))} | {_ms(p.get('train_s'))} | "
-                f"{_num(p.get('forward_ratio'), '.3g')} | {_num(p.get('train_ratio'), '.3g')} | "
+                f"{_with_interval(p.get('forward_ratio'), p.get('forward_ratio_interval'))} | "
+                f"{_with_interval(p.get('train_ratio'), p.get('train_ratio_interval'))} | "
                 f"{_num(p.get('train_ratio_min'), '.3g')} | {_num(r.get('load_avg_1m'), '.2f')} |")
+        if any("train_ratio_interval" in r.get("peer", {}) for r in s["lstm"]):
+            lines += ["", _INTERVAL_NOTE]
     return "\n".join(lines) + "\n"
 
 

@@ -132,7 +132,8 @@ def _micro_run_writes_every_output(tmp_path, model: str, lstm: bool):
             if have_torch:
                 assert row["peer"] == dict(rows[0]["peer"], **{
                     k: row["peer"][k] for k in ("forward_ratio", "train_ratio",
-                                                "train_ratio_min")})
+                                                "train_ratio_min", "forward_ratio_interval",
+                                                "train_ratio_interval")})
                 assert row["peer"]["train_ratio"] == pytest.approx(
                     row["train_s"] / row["peer"]["train_s"])
         assert {r["backend"] for r in records if r["kind"].startswith("lstm_")} == {
@@ -140,6 +141,12 @@ def _micro_run_writes_every_output(tmp_path, model: str, lstm: bool):
         assert "| 8 | 16 | cpu_fused |" in (out / "step.md").read_text()
         assert all(row["calls_start_idle"] for row in rows)
         assert "each call started with the process idle" in (out / "step.md").read_text()
+        if have_torch:  # each ratio in turns with the interval of its per-turn ratios
+            for row in rows:
+                interval = row["peer"]["train_ratio_interval"]
+                assert interval["turns"] == summary["lstm_repeats"]
+                assert interval["low"] <= interval["ratio"] <= interval["high"]
+            assert "interval of the median of its per-turn ratios" in (out / "step.md").read_text()
     else:
         assert summary["lstm"] == []
     table = (out / "step.md").read_text()
@@ -222,6 +229,7 @@ def test_lstm_sides_are_timed_in_turns():
     t = step.time_alternating(calls, warmup=1, repeats=3)
     assert order == ["ours", "theirs"] * 4  # warm-up, then turn by turn: a load change hits both
     assert t["ours"]["repeats"] == 3 and t["theirs"]["min_s"] <= t["theirs"]["median_s"]
+    assert len(t["ours"]["samples_s"]) == 3  # turn by turn, for the per-turn ratios
 
 
 
@@ -313,6 +321,8 @@ def test_hf_flax_peer_has_our_parameters_and_is_timed_in_turns():
     assert row["params"] == step.count_params(_abstract_params(task))
     assert row["transformers"].startswith("4.") and len(calls) == 3
     assert row["step_ratio"] == pytest.approx(row["ours_step_s"] / row["step_s"])
+    interval = row["step_ratio_interval"]  # of the per-turn ratios
+    assert interval["turns"] == 3 and interval["low"] <= interval["ratio"] <= interval["high"]
     assert out["records"]["hf_flax_train_step"]["repeats"] == 3
 
 
