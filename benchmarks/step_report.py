@@ -34,7 +34,7 @@ def _with_interval(ratio: float | None, interval: dict[str, float] | None) -> st
     the run measured one: '1.05 (0.98-1.12)'."""
     text = _num(ratio, ".3g")
     if interval is not None:
-        text += f" ({interval['low']:.3g}-{interval['high']:.3g})"
+        text += f" ({interval['low']:.2f}-{interval['high']:.2f})"
     return text
 
 
