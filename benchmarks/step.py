@@ -182,7 +182,7 @@ def bench_transformer(model: str, size: str, seq_len: int, batch: int, *, dtype:
 
 
 def time_alternating(calls: dict[str, Callable[[], Any]], *, warmup: int, repeats: int
-                     ) -> dict[str, dict[str, float]]:
+                     ) -> dict[str, dict[str, Any]]:
     """Median and minimum wall seconds of each call, timed in turns (a, b, a, b, ...): on a
     shared machine a load change then hits every side alike, which timing one side's repeats
     and then the other's does not. Each call must block until its result is ready, and each
