@@ -334,6 +334,11 @@ class HFFlaxPeer:
         raise ConfigError(f"the HF Flax peer ({HF_FLAX_SCRIPT}) exited with status "
                           f"{self._process.returncode}; a venv for it: {HF_FLAX_VENV}\n{tail}")
 
+    @property
+    def pid(self) -> int:
+        """The peer's process id (benchmarks.machine.wait_until_idle waits for it too)."""
+        return self._process.pid
+
     def step(self) -> dict[str, float]:
         self._process.stdin.write("step\n")
         self._process.stdin.flush()

@@ -226,8 +226,9 @@ def time_beside_hf_flax(run_step: Callable[[], Any], python: str, settings: dict
                         repeats: int) -> dict[str, Any]:
     """Our train step (`run_step`, warm) and FlaxGPT2LMHeadModel's (benchmarks/hf_flax_peer.py
     under `python`, built from `settings`) one step each in turns, `repeats` times: both are JAX
-    on the same XLA, so a load change on a shared machine hits both. Besides wall seconds, each
-    side's CPU seconds (all its threads), which other jobs on the machine move less.
+    on the same XLA, so a load change on a shared machine hits both; each step starts with both
+    processes idle (`machine.wait_until_idle`). Besides wall seconds, each side's CPU seconds
+    (all its threads), which other jobs on the machine move less.
 
     Returns {'row': the summary's hf_flax entry, 'records': {jsonl kind: times}}."""
     ours, theirs = [], []
@@ -237,8 +238,10 @@ def time_beside_hf_flax(run_step: Callable[[], Any], python: str, settings: dict
             raise ConfigError(
                 f"--hf-flax-python {python}: its jax runs on {peer.info['platform']}, ours on "
                 f"{platform}; give it a venv whose jax sees the same device")
-        for _ in range(repeats):
+        for _ in range(repeats):  # each step started with both processes idle
+            machine.wait_until_idle((peer.pid,))
             ours.append(_cpu_and_wall(run_step))
+            machine.wait_until_idle((peer.pid,))
             theirs.append(peer.step())
     ours_t, theirs_t = _stats(ours), _stats(theirs)
     row = dict(
@@ -251,6 +254,7 @@ def time_beside_hf_flax(run_step: Callable[[], Any], python: str, settings: dict
         cpu_ratio=_ratio(ours_t["cpu_median_s"], theirs_t["cpu_median_s"]),
         step_ratio_interval=machine.ratio_interval([t["wall_s"] for t in ours],
                                                    [t["wall_s"] for t in theirs]),
+        steps_start_idle=True,
     )
     return {"row": row, "records": {"train_step_in_turns": ours_t,
                                     "hf_flax_train_step": theirs_t}}

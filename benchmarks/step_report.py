@@ -142,6 +142,9 @@ def markdown(summary: dict[str, Any]) -> str:
              "timed one step each in turns with ours, so a load change hits both; its columns "
              "are from those turns (ours re-timed beside it), the CPU-seconds ratio being the "
              "steadiest on a shared machine."
+             + (" Each step started with both processes idle (machine.wait_until_idle)."
+                if all(r.get("hf_flax", {}).get("steps_start_idle") for r in s["configs"])
+                else "")  # older runs' steps were not
              + (f" {_INTERVAL_NOTE}" if any("step_ratio_interval" in r.get("hf_flax", {})
                                             for r in s["configs"]) else "")),
             "",

@@ -1,7 +1,11 @@
-"""benchmarks.machine's interval of a ratio timed in turns."""
+"""benchmarks.machine: the interval of a ratio timed in turns, and the wait for an idle
+machine before each turn."""
 
 import math
 import random
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -43,3 +47,34 @@ def test_the_interval_holds_the_true_median_as_often_as_it_says():
 def test_sides_of_different_lengths_are_an_error():
     with pytest.raises(ValueError, match="one per turn"):
         machine.ratio_interval([1.0, 2.0], [1.0])
+
+
+def _spinning_child(seconds: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", f"import time\nend = time.time() + {seconds}\n"
+                             "while time.time() < end: pass"])
+
+
+def test_the_wait_covers_another_process_still_spinning():
+    """A peer process (HF's Flax step, in its own venv) whose threads keep running after its
+    step: the next side's timed step starts only when it has stopped."""
+    child = _spinning_child(0.4)
+    try:
+        time.sleep(0.05)  # started and spinning
+        waited = machine.wait_until_idle((child.pid,))
+        assert waited >= 0.2, waited  # it waited for the spin, not just its own process
+        child.wait(timeout=5)
+    finally:
+        child.kill()
+
+
+def test_the_wait_is_bounded():
+    child = _spinning_child(30)
+    try:
+        time.sleep(0.05)
+        start = time.perf_counter()
+        machine.wait_until_idle((child.pid,), limit_s=0.3)
+        assert time.perf_counter() - start < 1.5
+        assert child.poll() is None  # still spinning: the wait gave up, as bounded
+    finally:
+        child.kill()
+        child.wait()

@@ -321,6 +321,7 @@ def test_hf_flax_peer_has_our_parameters_and_is_timed_in_turns():
     assert row["params"] == step.count_params(_abstract_params(task))
     assert row["transformers"].startswith("4.") and len(calls) == 3
     assert row["step_ratio"] == pytest.approx(row["ours_step_s"] / row["step_s"])
+    assert row["steps_start_idle"]  # both processes idle before each step
     interval = row["step_ratio_interval"]  # of the per-turn ratios
     assert interval["turns"] == 3 and interval["low"] <= interval["ratio"] <= interval["high"]
     assert out["records"]["hf_flax_train_step"]["repeats"] == 3
