@@ -103,7 +103,7 @@ def _cpu_seconds(pids: Iterable[int]) -> float:
     return total
 
 
-def wait_until_idle(pids: Iterable[int] = (), *, quiet_s: float = 0.005, limit_s: float = 1.0
+def wait_until_idle(pids: Iterable[int] = (), *, quiet_s: float = 0.02, limit_s: float = 1.0
                     ) -> float:
     """Waits until this process's threads, and those of the processes `pids`, use no CPU for
     `quiet_s` (at most `limit_s`) and returns the seconds waited.
@@ -115,7 +115,9 @@ def wait_until_idle(pids: Iterable[int] = (), *, quiet_s: float = 0.005, limit_s
     1.34x with each side timed alone in a process of its own. A JAX train step's process
     keeps using 15-50 ms of CPU in the 50 ms after its step returns (GPT small, either side),
     so the peer in another process (benchmarks.peers.HFFlaxPeer) is waited for too. "Idle" is
-    the CPU time growing by under a tenth of the wall time over `quiet_s`."""
+    the CPU time growing by under a tenth of the wall time over `quiet_s`: 20 ms, longer than
+    the scheduler keeps a runnable thread waiting on a busy 2-core machine (with 5 ms a
+    spinning thread descheduled for the whole window passed for idle)."""
     pids = tuple(pids)
     start = time.perf_counter()
     cpu = _cpu_seconds(pids)
