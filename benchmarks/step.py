@@ -181,20 +181,23 @@ def bench_transformer(model: str, size: str, seq_len: int, batch: int, *, dtype:
     return records, row
 
 
-def time_alternating(calls: dict[str, Callable[[], Any]], *, warmup: int, repeats: int
-                     ) -> dict[str, dict[str, Any]]:
+def time_alternating(calls: dict[str, Callable[[], Any]], *, warmup: int, repeats: int,
+                     settle: bool = True) -> dict[str, dict[str, Any]]:
     """Median and minimum wall seconds of each call, timed in turns (a, b, a, b, ...): on a
     shared machine a load change then hits every side alike, which timing one side's repeats
-    and then the other's does not. Each call must block until its result is ready, and each
-    timed call starts with the process idle (`machine.wait_until_idle`): the threads a side
-    leaves spinning after its call (torch's OpenMP workers) would otherwise slow the next."""
+    and then the other's does not. Each call must block until its result is ready. With
+    `settle` (for work on the CPU) each timed call starts with the process idle
+    (`machine.wait_until_idle`): the threads a side leaves spinning after its call (torch's
+    OpenMP workers) would otherwise take cores from the next; an accelerator's kernels do not
+    share them."""
     for _ in range(warmup):
         for call in calls.values():
             call()
     times: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(repeats):
         for name, call in calls.items():
-            machine.wait_until_idle()
+            if settle:
+                machine.wait_until_idle()
             start = time.perf_counter()
             call()
             times[name].append(time.perf_counter() - start)
@@ -226,9 +229,9 @@ def time_beside_hf_flax(run_step: Callable[[], Any], python: str, settings: dict
                         repeats: int) -> dict[str, Any]:
     """Our train step (`run_step`, warm) and FlaxGPT2LMHeadModel's (benchmarks/hf_flax_peer.py
     under `python`, built from `settings`) one step each in turns, `repeats` times: both are JAX
-    on the same XLA, so a load change on a shared machine hits both; each step starts with both
-    processes idle (`machine.wait_until_idle`). Besides wall seconds, each side's CPU seconds
-    (all its threads), which other jobs on the machine move less.
+    on the same XLA, so a load change on a shared machine hits both; on a CPU each step starts
+    with both processes idle (`machine.wait_until_idle`). Besides wall seconds, each side's CPU
+    seconds (all its threads), which other jobs on the machine move less.
 
     Returns {'row': the summary's hf_flax entry, 'records': {jsonl kind: times}}."""
     ours, theirs = [], []
@@ -238,10 +241,13 @@ def time_beside_hf_flax(run_step: Callable[[], Any], python: str, settings: dict
             raise ConfigError(
                 f"--hf-flax-python {python}: its jax runs on {peer.info['platform']}, ours on "
                 f"{platform}; give it a venv whose jax sees the same device")
-        for _ in range(repeats):  # each step started with both processes idle
-            machine.wait_until_idle((peer.pid,))
+        on_cpu = platform == "cpu"  # the processes' threads share the cores with the steps
+        for _ in range(repeats):
+            if on_cpu:
+                machine.wait_until_idle((peer.pid,))
             ours.append(_cpu_and_wall(run_step))
-            machine.wait_until_idle((peer.pid,))
+            if on_cpu:
+                machine.wait_until_idle((peer.pid,))
             theirs.append(peer.step())
     ours_t, theirs_t = _stats(ours), _stats(theirs)
     row = dict(
@@ -254,7 +260,7 @@ def time_beside_hf_flax(run_step: Callable[[], Any], python: str, settings: dict
         cpu_ratio=_ratio(ours_t["cpu_median_s"], theirs_t["cpu_median_s"]),
         step_ratio_interval=machine.ratio_interval([t["wall_s"] for t in ours],
                                                    [t["wall_s"] for t in theirs]),
-        steps_start_idle=True,
+        steps_start_idle=on_cpu,
     )
     return {"row": row, "records": {"train_step_in_turns": ours_t,
                                     "hf_flax_train_step": theirs_t}}
@@ -290,7 +296,8 @@ def bench_lstm(batch: int, steps_n: int, width: int, *, backends: tuple[str, ...
     if peer_device is not None:
         theirs = peers.lstm_calls(batch, steps_n, width, device=peer_device)
         calls |= {("peer", "forward"): theirs["forward"], ("peer", "train"): theirs["train"]}
-    t = time_alternating(calls, warmup=warmup, repeats=repeats)
+    on_cpu = jax.devices()[0].platform == "cpu"
+    t = time_alternating(calls, warmup=warmup, repeats=repeats, settle=on_cpu)
     key = dict(batch=batch, n=steps_n, d=width)
     records, rows = [], []
     if theirs is not None:
@@ -304,7 +311,7 @@ def bench_lstm(batch: int, steps_n: int, width: int, *, backends: tuple[str, ...
         # and torch's OpenMP threads far more than XLA's when oversubscribed.
         row = dict(key, backend=backend, params=count_params(params),
                    forward_s=ours["forward"]["median_s"], train_s=ours["train"]["median_s"],
-                   load_avg_1m=os.getloadavg()[0], calls_start_idle=True)
+                   load_avg_1m=os.getloadavg()[0], calls_start_idle=on_cpu)
         if theirs is not None:
             peer = {p: t[("peer", p)] for p in ("forward", "train")}
             row["peer"] = dict(

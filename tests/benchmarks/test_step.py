@@ -232,6 +232,19 @@ def test_lstm_sides_are_timed_in_turns():
     assert len(t["ours"]["samples_s"]) == 3  # turn by turn, for the per-turn ratios
 
 
+def test_only_work_on_the_cpu_waits_for_an_idle_process(monkeypatch):
+    """An accelerator's kernels do not share the CPU's cores with threads left spinning, and a
+    GPU process may keep a host thread busy: there no call waits (it would wait 1 s each)."""
+    waits = []
+    monkeypatch.setattr(step.machine, "wait_until_idle", lambda *a, **k: waits.append(1))
+    calls = {"ours": lambda: None, "theirs": lambda: None}
+    step.time_alternating(calls, warmup=1, repeats=3)
+    assert len(waits) == 6  # before each timed call, not the warm-up's
+    waits.clear()
+    step.time_alternating(calls, warmup=1, repeats=3, settle=False)
+    assert waits == []
+
+
 
 def test_a_side_in_turns_does_not_run_into_threads_the_other_left_spinning():
     """torch's OpenMP workers spin ~20 ms after its call returns; the next side's timed call
