@@ -38,6 +38,19 @@ def _with_interval(ratio: float | None, interval: dict[str, float] | None) -> st
     return text
 
 
+def _hf_flax_timing(configs: list[dict[str, Any]]) -> str:
+    """What the report's HF Flax paragraph adds on how its turns were timed, from the rows timed
+    beside HF Flax (the others, BERT's, have none): idle starts if every such row had them
+    (older runs' did not), and the note on intervals if any row has one."""
+    timed = [r["hf_flax"] for r in configs if "step_ratio" in r.get("hf_flax", {})]
+    text = ""
+    if timed and all(f.get("steps_start_idle") for f in timed):
+        text += " Each step started with both processes idle (machine.wait_until_idle)."
+    if any("step_ratio_interval" in f for f in timed):
+        text += f" {_INTERVAL_NOTE}"
+    return text
+
+
 def row_line(row: dict[str, Any]) -> str:
     """One console line for a summary row."""
     line = (f"{row['tokens_per_s']:,.0f} tok/s, step {row['step_s'] * 1e3:.1f} ms, compile "
@@ -141,12 +154,7 @@ def markdown(summary: dict[str, Any]) -> str:
              "as benchmarks/hf_flax_peer.py says (our shape, dropout, loss and optimizer), and "
              "timed one step each in turns with ours, so a load change hits both; its columns "
              "are from those turns (ours re-timed beside it), the CPU-seconds ratio being the "
-             "steadiest on a shared machine."
-             + (" Each step started with both processes idle (machine.wait_until_idle)."
-                if all(r.get("hf_flax", {}).get("steps_start_idle") for r in s["configs"])
-                else "")  # older runs' steps were not
-             + (f" {_INTERVAL_NOTE}" if any("step_ratio_interval" in r.get("hf_flax", {})
-                                            for r in s["configs"]) else "")),
+             "steadiest on a shared machine." + _hf_flax_timing(s["configs"])),
             "",
         ]
     lines.append(_CONFIG_HEADER)

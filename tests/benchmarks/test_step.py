@@ -245,6 +245,18 @@ def test_only_work_on_the_cpu_waits_for_an_idle_process(monkeypatch):
     assert waits == []
 
 
+def test_the_hf_flax_paragraph_reads_its_timing_from_the_rows_timed_beside_it():
+    """A run of BERT and GPT: BERT's row has no HF Flax turns, so it neither hides the idle
+    starts of GPT's nor counts as one; rows from before the idle starts say nothing of them."""
+    bert = {"hf_flax": {"skipped": "the HF Flax peer is GPT's only"}}
+    gpt = {"hf_flax": {"step_ratio": 1.0, "steps_start_idle": True,
+                       "step_ratio_interval": {"ratio": 1.0, "low": 0.9, "high": 1.1}}}
+    older = {"hf_flax": {"step_ratio": 1.0}}
+    text = step_report._hf_flax_timing([bert, gpt])
+    assert "Each step started with both processes idle" in text and "per-turn ratios" in text
+    assert "idle" not in step_report._hf_flax_timing([gpt, older])
+    assert step_report._hf_flax_timing([bert]) == ""
+
 
 def test_a_side_in_turns_does_not_run_into_threads_the_other_left_spinning():
     """torch's OpenMP workers spin ~20 ms after its call returns; the next side's timed call
@@ -266,6 +278,7 @@ def test_a_side_in_turns_does_not_run_into_threads_the_other_left_spinning():
     step.time_alternating({"torch-like": leaves_a_thread_spinning, "ours": probe}, warmup=0,
                           repeats=2)
     assert max(busy) < 0.005, busy
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model,vocab", [("bert", 2048), ("gpt", 1024)])
